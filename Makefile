@@ -1,0 +1,31 @@
+# shardcache — top-level entry points. `make demo` and `make test` are the README's Quick start.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all setup configure build test test-slow demo bench clean
+
+all: build
+
+setup:
+	@./deploy/setup.sh
+
+configure:
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# Every test but those tagged [slow] / [gpu]: C++ (ctest) then Python (pytest).
+test: setup build
+	@cd $(BUILD_DIR) && ctest -L unit --output-on-failure -j 2
+	@./python/run_tests.sh $(BUILD_DIR)
+
+test-slow: setup build
+	@cd $(BUILD_DIR) && ctest -L slow --output-on-failure
+
+demo: setup build
+	@./scripts/demo.sh $(BUILD_DIR)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,95 @@
+#include "common/fs.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+
+namespace shardcache {
+
+void UniqueFd::Reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+Result<UniqueFd> OpenFile(const std::string& path, int flags, int mode) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoStatus(errno, "open " + path);
+  return UniqueFd(fd);
+}
+
+Result<std::string> ReadFileToString(const std::string& path) {
+  SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenFile(path, O_RDONLY));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + path);
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  SC_RETURN_IF_ERROR(PreadFull(fd.get(), out.data(), out.size(), 0, path));
+  return out;
+}
+
+Status PreadFull(int fd, void* buf, size_t size, uint64_t offset, const std::string& path) {
+  auto* p = static_cast<uint8_t*>(buf);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, p + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "read " + path + " at offset " + std::to_string(offset + done));
+    }
+    if (n == 0) {
+      return OutOfRange(path + ": file ends at offset " + std::to_string(offset + done) +
+                        ", wanted " + std::to_string(size) + " bytes from offset " +
+                        std::to_string(offset));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status PwriteFull(int fd, const void* buf, size_t size, uint64_t offset, const std::string& path) {
+  const auto* p = static_cast<const uint8_t*>(buf);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pwrite(fd, p + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "write " + path + " at offset " + std::to_string(offset + done));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status WriteFileAtomic(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  {
+    SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenFile(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    SC_RETURN_IF_ERROR(PwriteFull(fd.get(), data.data(), data.size(), 0, tmp));
+    if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync " + tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus(errno, "rename " + tmp);
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  auto dfd = OpenFile(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+  if (dfd.ok()) ::fsync(dfd->get());
+  return Status::Ok();
+}
+
+Status MakeDirs(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return ErrnoStatus(ec.value(), "create directory " + path);
+  return Status::Ok();
+}
+
+AlignedBuffer::AlignedBuffer(size_t size) {
+  capacity_ = AlignUp(size == 0 ? kDirectIoAlign : size, kDirectIoAlign);
+  void* p = nullptr;
+  if (posix_memalign(&p, kDirectIoAlign, capacity_) != 0) std::abort();
+  data_.reset(static_cast<uint8_t*>(p));
+  size_ = size;
+}
+
+}  // namespace shardcache

@@ -1,0 +1,54 @@
+#include "common/hash.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace shardcache {
+
+std::string Hash128::ToBytes() const {
+  std::string out(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    out[i] = static_cast<char>(high >> (56 - 8 * i));
+    out[8 + i] = static_cast<char>(low >> (56 - 8 * i));
+  }
+  return out;
+}
+
+std::string Hash128::ToHex() const {
+  static const char* kDigits = "0123456789abcdef";
+  const std::string b = ToBytes();
+  std::string out(32, '0');
+  for (int i = 0; i < 16; ++i) {
+    out[2 * i] = kDigits[(static_cast<unsigned char>(b[i]) >> 4) & 0xF];
+    out[2 * i + 1] = kDigits[static_cast<unsigned char>(b[i]) & 0xF];
+  }
+  return out;
+}
+
+Hash128 Hash128::FromBytes(std::string_view bytes) {
+  Hash128 h;
+  for (int i = 0; i < 8; ++i) {
+    h.high = (h.high << 8) | static_cast<unsigned char>(bytes[i]);
+    h.low = (h.low << 8) | static_cast<unsigned char>(bytes[8 + i]);
+  }
+  return h;
+}
+
+Hash128 HashBytes(const void* data, size_t size) {
+  const XXH128_hash_t h = XXH3_128bits(data, size);
+  return Hash128{h.high64, h.low64};
+}
+
+StreamingHasher::StreamingHasher() : state_(XXH3_createState()) {
+  XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+StreamingHasher::~StreamingHasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void StreamingHasher::Update(const void* data, size_t size) {
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), data, size);
+}
+Hash128 StreamingHasher::Digest() const {
+  const XXH128_hash_t h = XXH3_128bits_digest(static_cast<XXH3_state_t*>(state_));
+  return Hash128{h.high64, h.low64};
+}
+
+}  // namespace shardcache

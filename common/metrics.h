@@ -1,0 +1,95 @@
+// Process-wide metrics: counters, gauges and histograms that every component registers once
+// and updates on its hot paths with relaxed atomics, rendered in the Prometheus text format.
+//
+// Thread safety: registration takes the registry's mutex; updates are lock-free (counters and
+// gauges) or take only the histogram's atomics. Metric objects live as long as the registry
+// (the process, for Global()), so components keep plain pointers to them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace shardcache::metrics {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+class Counter {
+ public:
+  void Add(uint64_t n = 1) { v_.fetch_add(n, std::memory_order_relaxed); }
+  uint64_t Value() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+class Gauge {
+ public:
+  void Set(double v) { v_.store(v, std::memory_order_relaxed); }
+  void Add(double d) {
+    double cur = v_.load(std::memory_order_relaxed);
+    while (!v_.compare_exchange_weak(cur, cur + d, std::memory_order_relaxed)) {}
+  }
+  double Value() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<double> v_{0};
+};
+
+// Cumulative histogram with fixed upper bounds (seconds, bytes, ...).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double v);
+  const std::vector<double>& bounds() const { return bounds_; }
+  // Per-bucket counts (not cumulative); last entry is +Inf.
+  std::vector<uint64_t> BucketCounts() const;
+  uint64_t Count() const { return count_.load(std::memory_order_relaxed); }
+  double Sum() const { return sum_.load(std::memory_order_relaxed); }
+  // Approximate quantile q in [0,1] by linear interpolation inside the bucket.
+  double Quantile(double q) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;
+  std::atomic<uint64_t> count_{0};
+  std::atomic<double> sum_{0};
+};
+
+// Exponential latency buckets from 10 µs to ~10 s, in seconds.
+std::vector<double> LatencyBuckets();
+
+class Registry {
+ public:
+  // Each returns the existing metric when name+labels were registered before.
+  Counter* GetCounter(const std::string& name, const std::string& help, const Labels& labels = {});
+  Gauge* GetGauge(const std::string& name, const std::string& help, const Labels& labels = {});
+  Histogram* GetHistogram(const std::string& name, const std::string& help,
+                          std::vector<double> bounds, const Labels& labels = {});
+  // Prometheus text exposition format 0.0.4.
+  std::string RenderPrometheus() const;
+  // Value of a counter or gauge by name and labels, for tests and `shardctl status`; -1 if absent.
+  double ValueOf(const std::string& name, const Labels& labels = {}) const;
+
+  static Registry& Global();
+
+ private:
+  enum class Kind { kCounter, kGauge, kHistogram };
+  struct Family {
+    Kind kind;
+    std::string help;
+    std::map<std::string, std::unique_ptr<Counter>> counters;   // key: rendered labels
+    std::map<std::string, std::unique_ptr<Gauge>> gauges;
+    std::map<std::string, std::unique_ptr<Histogram>> histograms;
+  };
+  Family& FamilyFor(const std::string& name, const std::string& help, Kind kind);
+
+  mutable std::mutex mu_;
+  std::map<std::string, Family> families_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace shardcache::metrics

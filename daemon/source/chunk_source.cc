@@ -1,0 +1,55 @@
+#include "daemon/source/chunk_source.h"
+
+namespace shardcache {
+
+Result<ChunkPtr> ChunkSource::ReadChunk(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk,
+                                        const ReadOptions& options) {
+  ChunkPtr out;
+  Status s = ReadChunks(dataset, shard, chunk, 1, options, [&](uint64_t, const ChunkPtr& c) {
+    out = c;
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+Status CheckChunkRange(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count) {
+  const auto& m = dataset->manifest;
+  if (shard >= static_cast<uint32_t>(m.shards_size())) {
+    return InvalidArgument("dataset '" + dataset->name + "' has " + std::to_string(m.shards_size()) +
+                           " shards; shard " + std::to_string(shard) + " does not exist");
+  }
+  const uint64_t chunks = dataset::ChunkCount(m, shard);
+  if (count == 0 || first >= chunks || count > chunks - first) {
+    return InvalidArgument("chunk range [" + std::to_string(first) + ", " +
+                           std::to_string(first + count) + ") is outside shard " +
+                           std::to_string(shard) + " of '" + dataset->name + "', which has " +
+                           std::to_string(chunks) + " chunks");
+  }
+  return Status::Ok();
+}
+
+Status CheckDatasetName(const std::string& name) {
+  if (name.empty()) return InvalidArgument("empty dataset name");
+  if (name.size() > 255) return InvalidArgument("dataset name longer than 255 bytes");
+  if (name[0] == '.') return InvalidArgument("dataset name '" + name + "' starts with '.'");
+  for (char c : name) {
+    if (c == '/' || c == '\\' || c == '\0') {
+      return InvalidArgument("dataset name '" + name + "' contains a path separator");
+    }
+  }
+  return Status::Ok();
+}
+
+v1::DatasetSummary SummarizeDataset(const dataset::Dataset& d) {
+  v1::DatasetSummary s;
+  s.set_name(d.name);
+  s.set_version(d.version);
+  s.set_format(d.manifest.format());
+  s.set_total_bytes(d.manifest.total_bytes());
+  s.set_total_samples(d.manifest.total_samples());
+  s.set_shard_count(static_cast<uint32_t>(d.manifest.shards_size()));
+  return s;
+}
+
+}  // namespace shardcache

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building, testing and benchmarking shardcache needs.
+# Idempotent and fast when everything is present: it asks dpkg first and calls apt-get only
+# for what is missing. Run as root (or with sudo available).
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  build-essential cmake pkg-config ccache
+  # design card
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  librocksdb-dev liburing-dev libzstd-dev libspdlog-dev libfmt-dev catch2
+  # helpers preferred over hand-written code
+  libxxhash-dev libtomlplusplus-dev libcli11-dev libcpp-httplib-dev libssl-dev libsystemd-dev
+  # python client
+  python3-dev pybind11-dev python3-numpy python3-pytest
+  # fuzzing (libFuzzer ships with clang)
+  clang libclang-rt-14-dev
+  # tests and benchmarks: peers, link emulation, operations
+  nginx-light curl aria2 fio openssl python3 systemd prometheus dpkg-dev file procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The Debian prometheus and nginx packages start services on install where an init system
+# runs; tests start their own instances on loopback, so stop any that came up.
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+  $SUDO systemctl stop prometheus nginx 2>/dev/null || true
+fi
+echo "setup: done"

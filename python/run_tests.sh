@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs the Python client's tests with Debian's python3 (a pyenv python3 earlier on PATH lacks
+# the Debian python3-* packages the module is built against).
+set -euo pipefail
+build=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+export PYTHONPATH="$(cd "$build" && pwd)/python${PYTHONPATH:+:$PYTHONPATH}"
+export SHARDCACHE_BUILD_DIR="$(cd "$build" && pwd)"
+exec /usr/bin/python3 -m pytest -q "$here/tests"

@@ -1,0 +1,85 @@
+#include <catch2/catch.hpp>
+
+#include "common/fs.h"
+#include "common/hash.h"
+#include "common/metrics.h"
+#include "common/units.h"
+#include "testing/temp_dir.h"
+
+using namespace shardcache;
+
+TEST_CASE("sizes parse with binary and decimal units") {
+  CHECK(*ParseBytes("4096") == 4096);
+  CHECK(*ParseBytes("4MiB") == 4ull << 20);
+  CHECK(*ParseBytes("800GiB") == 800ull << 30);
+  CHECK(*ParseBytes("1.5GiB") == 3ull << 29);
+  CHECK(*ParseBytes("2 KB") == 2000);
+  CHECK(*ParseBytes("0") == 0);
+}
+
+TEST_CASE("bad sizes are refused with the text named") {
+  auto r = ParseBytes("12 parsecs");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kInvalidArgument);
+  CHECK(r.status().message().find("12 parsecs") != std::string::npos);
+  CHECK_FALSE(ParseBytes("").ok());
+  CHECK_FALSE(ParseBytes("-5MiB").ok());
+  CHECK_FALSE(ParseBytes("1.5").ok());
+  CHECK_FALSE(ParseBytes("99999999999TiB").ok());
+}
+
+TEST_CASE("rates parse in bits and bytes per second") {
+  CHECK(*ParseRate("0") == 0);
+  CHECK(*ParseRate("1000Mbit") == 125000000);
+  CHECK(*ParseRate("1Gbit") == 125000000);
+  CHECK(*ParseRate("100MiB/s") == 100ull << 20);
+  CHECK_FALSE(ParseRate("fast").ok());
+}
+
+TEST_CASE("xxh3-128 hashes round-trip through bytes and hex") {
+  const Hash128 h = HashBytes("hello shardcache");
+  CHECK(Hash128::FromBytes(h.ToBytes()) == h);
+  CHECK(h.ToHex().size() == 32);
+  CHECK(HashBytes("hello shardcachf") != h);
+  StreamingHasher s;
+  s.Update("hello ", 6);
+  s.Update("shardcache", 10);
+  CHECK(s.Digest() == h);
+}
+
+TEST_CASE("files are written atomically and read back") {
+  testing::TempDir dir;
+  const std::string p = dir / "f";
+  REQUIRE(WriteFileAtomic(p, "abc").ok());
+  REQUIRE(WriteFileAtomic(p, "defg").ok());
+  CHECK(*ReadFileToString(p) == "defg");
+  auto missing = ReadFileToString(dir / "nope");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == StatusCode::kNotFound);
+  CHECK(missing.status().message().find("nope") != std::string::npos);
+}
+
+TEST_CASE("errno maps to retryable and fatal codes") {
+  CHECK(ErrnoStatus(ENOSPC, "w").code() == StatusCode::kResourceExhausted);
+  CHECK(ErrnoStatus(ENOENT, "w").code() == StatusCode::kNotFound);
+  CHECK(ErrnoStatus(ECONNRESET, "w").IsRetryable());
+  CHECK_FALSE(ErrnoStatus(EINVAL, "w").IsRetryable());
+}
+
+TEST_CASE("metrics render in Prometheus text format") {
+  metrics::Registry r;
+  r.GetCounter("sc_test_bytes_total", "bytes", {{"tier", "nvme"}})->Add(5);
+  r.GetGauge("sc_test_used", "used")->Set(2.5);
+  auto* h = r.GetHistogram("sc_test_latency_seconds", "lat", {0.1, 1});
+  h->Observe(0.05);
+  h->Observe(0.5);
+  h->Observe(5);
+  const std::string text = r.RenderPrometheus();
+  CHECK(text.find("sc_test_bytes_total{tier=\"nvme\"} 5") != std::string::npos);
+  CHECK(text.find("sc_test_used 2.5") != std::string::npos);
+  CHECK(text.find("sc_test_latency_seconds_bucket{le=\"1\"} 2") != std::string::npos);
+  CHECK(text.find("sc_test_latency_seconds_bucket{le=\"+Inf\"} 3") != std::string::npos);
+  CHECK(text.find("sc_test_latency_seconds_count 3") != std::string::npos);
+  CHECK(r.ValueOf("sc_test_bytes_total", {{"tier", "nvme"}}) == 5);
+  CHECK(r.ValueOf("absent") == -1);
+}
