@@ -1,0 +1,271 @@
+#include "dataset/indexer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "common/fs.h"
+#include "common/hash.h"
+#include "dataset/byte_source.h"
+#include "dataset/megatron_format.h"
+#include "dataset/parallel_for.h"
+#include "dataset/records_format.h"
+#include "dataset/tar_format.h"
+
+namespace shardcache::dataset {
+
+namespace fs = std::filesystem;
+
+Result<v1::ShardFormat> ParseShardFormat(const std::string& text) {
+  if (text == "records") return v1::RECORDS;
+  if (text == "tar") return v1::TAR;
+  if (text == "megatron") return v1::MEGATRON;
+  return InvalidArgument("unknown shard format '" + text + "' (expected records, tar or megatron)");
+}
+
+const char* ShardFormatName(v1::ShardFormat format) {
+  switch (format) {
+    case v1::RECORDS: return "records";
+    case v1::TAR: return "tar";
+    case v1::MEGATRON: return "megatron";
+    default: return "unspecified";
+  }
+}
+
+namespace {
+
+struct ShardFile {
+  std::string path;            // relative, '/'-separated
+  std::string companion_path;  // megatron .idx, relative
+  uint64_t size_bytes = 0;
+};
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Result<std::vector<ShardFile>> FindShards(const std::string& dir, v1::ShardFormat format) {
+  std::vector<ShardFile> shards;
+  std::error_code ec;
+  const fs::path root(dir);
+  fs::recursive_directory_iterator it(root, ec), end;
+  if (ec) return ErrnoStatus(ec.value(), "list " + dir);
+  for (; it != end; it.increment(ec)) {
+    if (ec) return ErrnoStatus(ec.value(), "list " + dir);
+    const fs::path& p = it->path();
+    const std::string rel = p.lexically_relative(root).generic_string();
+    if (it.depth() == 0 && p.filename() == kMetaDirName) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    std::error_code sec;
+    if (!it->is_regular_file(sec)) continue;
+    const std::string abs = p.string();
+    ShardFile f;
+    f.path = rel;
+    switch (format) {
+      case v1::RECORDS:
+        break;
+      case v1::TAR:
+        if (!EndsWith(rel, ".tar")) continue;
+        break;
+      case v1::MEGATRON: {
+        if (!EndsWith(rel, ".bin")) continue;
+        const std::string idx_rel = rel.substr(0, rel.size() - 4) + ".idx";
+        struct stat st;
+        if (::stat((dir + "/" + idx_rel).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+          return NotFound(dir + "/" + rel + ": megatron .bin has no matching index " + dir + "/" +
+                          idx_rel);
+        }
+        f.companion_path = idx_rel;
+        break;
+      }
+      default:
+        return InvalidArgument("shard format must be records, tar or megatron");
+    }
+    struct stat st;
+    if (::stat(abs.c_str(), &st) != 0) return ErrnoStatus(errno, "stat " + abs);
+    f.size_bytes = static_cast<uint64_t>(st.st_size);
+    shards.push_back(std::move(f));
+  }
+  std::sort(shards.begin(), shards.end(),
+            [](const ShardFile& a, const ShardFile& b) { return a.path < b.path; });
+  if (shards.empty()) {
+    return NotFound(dir + ": no " + std::string(ShardFormatName(format)) + " shard files found");
+  }
+  return shards;
+}
+
+struct ShardResult {
+  v1::SampleIndex samples;
+  uint32_t dtype_bytes = 0;
+  std::string chunk_hashes;  // 16 bytes per chunk, filled by hashing tasks
+};
+
+Status IndexOneShard(const std::string& dir, const ShardFile& f, const IndexOptions& o,
+                     ShardResult* out) {
+  const std::string abs = dir + "/" + f.path;
+  switch (o.format) {
+    case v1::RECORDS: {
+      SC_ASSIGN_OR_RETURN(out->samples, IndexRecordsShard(abs, f.size_bytes, o.record_bytes));
+      return Status::Ok();
+    }
+    case v1::TAR: {
+      SC_ASSIGN_OR_RETURN(auto src, FileByteSource::Open(abs));
+      if (src->size() != f.size_bytes) {
+        return FailedPrecondition(abs + ": size changed while indexing");
+      }
+      SC_ASSIGN_OR_RETURN(out->samples, IndexTarShard(*src));
+      return Status::Ok();
+    }
+    case v1::MEGATRON: {
+      const std::string idx_abs = dir + "/" + f.companion_path;
+      SC_ASSIGN_OR_RETURN(std::string idx_bytes, ReadFileToString(idx_abs));
+      SC_ASSIGN_OR_RETURN(MegatronIndex mi,
+                          ParseMegatronIndex(idx_bytes, idx_abs, f.size_bytes, abs));
+      out->samples = std::move(mi.samples);
+      out->dtype_bytes = mi.dtype_bytes;
+      return Status::Ok();
+    }
+    default:
+      return InvalidArgument("shard format must be records, tar or megatron");
+  }
+}
+
+std::string DefaultName(const std::string& dir) {
+  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
+  std::string name = p.filename().string();
+  if (name.empty()) name = p.parent_path().filename().string();  // "dir/" → "dir"
+  return name;
+}
+
+}  // namespace
+
+Result<DatasetPtr> IndexDirectory(const std::string& dir, const IndexOptions& options) {
+  if (options.chunk_bytes < kMinChunkBytes || options.chunk_bytes > kMaxChunkBytes) {
+    return InvalidArgument("chunk size " + std::to_string(options.chunk_bytes) +
+                           " bytes is outside [" + std::to_string(kMinChunkBytes) + ", " +
+                           std::to_string(kMaxChunkBytes) + "]");
+  }
+  if (options.format == v1::RECORDS && options.record_bytes == 0) {
+    return InvalidArgument("records format needs a record size (--record-bytes)");
+  }
+  struct stat dst;
+  if (::stat(dir.c_str(), &dst) != 0) return ErrnoStatus(errno, "dataset directory " + dir);
+  if (!S_ISDIR(dst.st_mode)) return InvalidArgument(dir + " is not a directory");
+  const std::string name = options.name.empty() ? DefaultName(dir) : options.name;
+  if (name.empty()) return InvalidArgument(dir + ": cannot derive a dataset name; pass one");
+
+  SC_ASSIGN_OR_RETURN(std::vector<ShardFile> shards, FindShards(dir, options.format));
+  const unsigned threads = DefaultThreads(options.threads);
+  std::vector<ShardResult> results(shards.size());
+
+  // Phase 1: sample indexes, one task per shard.
+  SC_RETURN_IF_ERROR(ParallelFor(shards.size(), threads, [&](uint64_t i) {
+    return IndexOneShard(dir, shards[i], options, &results[i]);
+  }));
+
+  // Phase 2: chunk hashes, one task per chunk across all shards, so one big shard still uses
+  // every core. chunk_start[i] = first global chunk number of shard i.
+  const uint64_t chunk_bytes = options.chunk_bytes;
+  std::vector<uint64_t> chunk_start(shards.size() + 1, 0);
+  uint64_t total_bytes = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const uint64_t chunks = (shards[i].size_bytes + chunk_bytes - 1) / chunk_bytes;
+    chunk_start[i + 1] = chunk_start[i] + chunks;
+    results[i].chunk_hashes.assign(chunks * 16, '\0');
+    total_bytes += shards[i].size_bytes;
+  }
+  std::atomic<uint64_t> done_bytes{0};
+  auto hash_chunk = [&](uint64_t global) -> Status {
+    const size_t i = static_cast<size_t>(
+        std::upper_bound(chunk_start.begin(), chunk_start.end(), global) - chunk_start.begin() - 1);
+    const uint64_t chunk = global - chunk_start[i];
+    const uint64_t offset = chunk * chunk_bytes;
+    const uint64_t length = std::min(chunk_bytes, shards[i].size_bytes - offset);
+    const std::string abs = dir + "/" + shards[i].path;
+    // One buffer per worker thread; the workers end with ParallelFor, freeing it.
+    thread_local std::unique_ptr<char[]> buf;
+    thread_local uint64_t buf_bytes = 0;
+    if (buf_bytes < length) {
+      buf.reset(new char[length]);
+      buf_bytes = length;
+    }
+    SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenFile(abs, O_RDONLY));
+    Status s = PreadFull(fd.get(), buf.get(), length, offset, abs);
+    if (!s.ok()) return DataLoss(abs + ": shard shrank while hashing: " + s.message());
+    const std::string h = HashBytes(buf.get(), length).ToBytes();
+    // Tasks write disjoint 16-byte slots of a string sized before the workers started.
+    std::memcpy(results[i].chunk_hashes.data() + chunk * 16, h.data(), 16);
+    done_bytes.fetch_add(length, std::memory_order_relaxed);
+    return Status::Ok();
+  };
+  std::function<void()> tick;
+  if (options.progress) {
+    tick = [&] { options.progress(done_bytes.load(std::memory_order_relaxed), total_bytes); };
+  }
+  SC_RETURN_IF_ERROR(ParallelFor(chunk_start.back(), threads, hash_chunk, tick));
+
+  // Phase 3: write sample indexes, then the manifest.
+  const std::string meta = dir + "/" + kMetaDirName;
+  SC_RETURN_IF_ERROR(MakeDirs(meta + "/samples"));
+  v1::Manifest m;
+  m.set_format_version(kManifestFormatVersion);
+  m.set_name(name);
+  m.set_format(options.format);
+  m.set_chunk_bytes(chunk_bytes);
+  if (options.format == v1::RECORDS) m.set_record_bytes(options.record_bytes);
+  uint64_t total_samples = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    ShardResult& r = results[i];
+    if (options.format == v1::MEGATRON) {
+      if (m.megatron_dtype_bytes() == 0) m.set_megatron_dtype_bytes(r.dtype_bytes);
+      if (m.megatron_dtype_bytes() != r.dtype_bytes) {
+        return InvalidArgument(dir + "/" + shards[i].companion_path + ": dtype of " +
+                               std::to_string(r.dtype_bytes) + " bytes differs from " +
+                               std::to_string(m.megatron_dtype_bytes()) +
+                               " bytes of the first shard; a dataset has one token type");
+      }
+    }
+    r.samples.set_format_version(kSampleIndexFormatVersion);
+    std::string bytes;
+    if (!r.samples.SerializeToString(&bytes)) {
+      return Internal(dir + "/" + shards[i].path + ": cannot serialize its sample index");
+    }
+    SC_RETURN_IF_ERROR(WriteFileAtomic(SampleIndexPath(dir, static_cast<uint32_t>(i)), bytes));
+    v1::Shard* s = m.add_shards();
+    s->set_path(shards[i].path);
+    s->set_size_bytes(shards[i].size_bytes);
+    s->set_sample_count(static_cast<uint64_t>(r.samples.offsets_size()));
+    s->set_chunk_hashes(std::move(r.chunk_hashes));
+    s->set_companion_path(shards[i].companion_path);
+    s->set_sample_index_hash(HashBytes(bytes).ToBytes());
+    total_samples += s->sample_count();
+  }
+  m.set_total_samples(total_samples);
+  m.set_total_bytes(total_bytes);
+  // Sample indexes left over from an earlier index with more shards.
+  for (size_t i = shards.size();; ++i) {
+    const std::string stale = SampleIndexPath(dir, static_cast<uint32_t>(i));
+    if (::unlink(stale.c_str()) != 0) break;
+  }
+  std::string manifest_bytes;
+  if (!m.SerializeToString(&manifest_bytes)) {
+    return Internal(dir + ": cannot serialize the manifest");
+  }
+  SC_RETURN_IF_ERROR(WriteFileAtomic(ManifestPath(dir), manifest_bytes));
+  spdlog::debug("indexed {}: {} shards, {} samples, {} bytes, version {}", dir, shards.size(),
+               total_samples, total_bytes, ManifestVersion(manifest_bytes));
+  return LoadDatasetDir(dir);
+}
+
+}  // namespace shardcache::dataset
