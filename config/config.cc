@@ -1,0 +1,578 @@
+#include "config/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+#include <toml++/toml.h>
+
+#include "common/fs.h"
+#include "common/units.h"
+
+namespace shardcache::config {
+namespace {
+
+// Collected problems, one "key: what" line each, so that a file is fixed in one round.
+class Problems {
+ public:
+  void Add(const std::string& key, const std::string& what, const toml::node* at = nullptr) {
+    std::string line = key + ": " + what;
+    if (at != nullptr && at->source().begin.line != 0) {
+      line += " (line " + std::to_string(at->source().begin.line) + ")";
+    }
+    lines_.push_back(std::move(line));
+  }
+  void AddRaw(std::string line) { lines_.push_back(std::move(line)); }
+  bool empty() const { return lines_.empty(); }
+  Status ToStatus(const std::string& where) const {
+    std::string m = where + ": " + std::to_string(lines_.size()) +
+                    (lines_.size() == 1 ? " problem" : " problems");
+    for (const auto& l : lines_) m += "\n  " + l;
+    return InvalidArgument(m);
+  }
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+std::string TypeName(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+std::optional<std::string> ReadString(const toml::node& n, const std::string& key, Problems& p) {
+  if (auto v = n.value_exact<std::string>()) return *v;
+  p.Add(key, "expected a string, got " + TypeName(n), &n);
+  return std::nullopt;
+}
+
+std::optional<bool> ReadBool(const toml::node& n, const std::string& key, Problems& p) {
+  if (auto v = n.value_exact<bool>()) return *v;
+  p.Add(key, "expected true or false, got " + TypeName(n), &n);
+  return std::nullopt;
+}
+
+std::optional<uint32_t> ReadCount(const toml::node& n, const std::string& key, Problems& p,
+                                  int64_t min, int64_t max) {
+  auto v = n.value_exact<int64_t>();
+  if (!v) {
+    p.Add(key, "expected an integer, got " + TypeName(n), &n);
+    return std::nullopt;
+  }
+  if (*v < min || *v > max) {
+    p.Add(key, std::to_string(*v) + " is out of range [" + std::to_string(min) + ", " +
+                   std::to_string(max) + "]", &n);
+    return std::nullopt;
+  }
+  return static_cast<uint32_t>(*v);
+}
+
+// Sizes and rates: a string with a unit ("800GiB", "1Gbit") or a plain non-negative integer.
+std::optional<uint64_t> ReadUnits(const toml::node& n, const std::string& key, Problems& p,
+                                  Result<uint64_t> (*parse)(const std::string&),
+                                  const char* what) {
+  if (auto i = n.value_exact<int64_t>()) {
+    if (*i < 0) {
+      p.Add(key, std::to_string(*i) + " is negative", &n);
+      return std::nullopt;
+    }
+    return static_cast<uint64_t>(*i);
+  }
+  if (auto s = n.value_exact<std::string>()) {
+    auto r = parse(*s);
+    if (!r.ok()) {
+      p.Add(key, r.status().message(), &n);
+      return std::nullopt;
+    }
+    return *r;
+  }
+  p.Add(key, std::string("expected ") + what + " (a string such as \"4MiB\" or an integer), got " +
+                 TypeName(n), &n);
+  return std::nullopt;
+}
+
+std::optional<uint64_t> ReadSize(const toml::node& n, const std::string& key, Problems& p) {
+  return ReadUnits(n, key, p, &ParseBytes, "a size");
+}
+std::optional<uint64_t> ReadRate(const toml::node& n, const std::string& key, Problems& p) {
+  return ReadUnits(n, key, p, &ParseRate, "a rate");
+}
+
+std::optional<std::vector<uint32_t>> ReadIdList(const toml::node& n, const std::string& key,
+                                                Problems& p) {
+  const toml::array* a = n.as_array();
+  if (a == nullptr) {
+    p.Add(key, "expected an array of integers, got " + TypeName(n), &n);
+    return std::nullopt;
+  }
+  std::vector<uint32_t> out;
+  bool ok = true;
+  for (size_t i = 0; i < a->size(); ++i) {
+    const std::string item_key = key + "[" + std::to_string(i) + "]";
+    auto v = ReadCount(*a->get(i), item_key, p, 0, std::numeric_limits<uint32_t>::max() - 1);
+    if (v) out.push_back(*v); else ok = false;
+  }
+  if (!ok) return std::nullopt;
+  return out;
+}
+
+// "host:port" or "[v6]:port", port 1..65535.
+std::optional<std::string> CheckHostPort(const std::string& s) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return Quote(s) + " is not host:port (e.g. 0.0.0.0:7443, [::1]:7443)";
+  }
+  const std::string host = s.substr(0, colon), port = s.substr(colon + 1);
+  if (host.find(':') != std::string::npos && !(host.front() == '[' && host.back() == ']')) {
+    return Quote(s) + ": write IPv6 addresses in brackets, e.g. [::1]:7443";
+  }
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) ||
+      std::stoi(port) < 1 || std::stoi(port) > 65535) {
+    return Quote(s) + " has no valid port (1-65535)";
+  }
+  return std::nullopt;
+}
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// One entry per accepted key: how to read it, and how to tell whether two configs differ in it.
+struct KeySpec {
+  std::string name;
+  bool reloadable;
+  std::function<void(const toml::node&, Config&, Problems&)> read;
+  std::function<bool(const Config&, const Config&)> same;
+};
+
+#define SC_SAME(field) [](const Config& a, const Config& b) { return a.field == b.field; }
+
+const std::vector<KeySpec>& Specs() {
+  static const std::vector<KeySpec> specs = [] {
+    std::vector<KeySpec> s;
+    auto add = [&](std::string name, bool reloadable,
+                   std::function<void(const std::string&, const toml::node&, Config&, Problems&)> read,
+                   std::function<bool(const Config&, const Config&)> same) {
+      std::string key = name;
+      s.push_back({std::move(name), reloadable,
+                   [key, read](const toml::node& n, Config& c, Problems& p) { read(key, n, c, p); },
+                   std::move(same)});
+    };
+    using N = const toml::node&;
+    add("upstream", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadString(n, k, p)) {
+            if (auto u = ParseUpstream(*v); !u.ok()) p.Add(k, u.status().message(), &n);
+            c.upstream = *v;
+          }
+        },
+        SC_SAME(upstream));
+    for (auto [name, field] : {std::pair{"listen.origin", &Config::Listen::origin},
+                               std::pair{"listen.metrics", &Config::Listen::metrics}}) {
+      add(name, false,
+          [field](const std::string& k, N n, Config& c, Problems& p) {
+            if (auto v = ReadString(n, k, p)) {
+              if (!v->empty()) {
+                if (auto bad = CheckHostPort(*v)) p.Add(k, *bad, &n);
+              }
+              c.listen.*field = *v;
+            }
+          },
+          [field](const Config& a, const Config& b) { return a.listen.*field == b.listen.*field; });
+    }
+    add("listen.socket", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadString(n, k, p)) {
+            if (!v->empty() && v->front() != '/') p.Add(k, Quote(*v) + " is not an absolute path", &n);
+            // sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+            if (v->size() > 107) p.Add(k, "path is longer than the 107 bytes a Unix socket allows", &n);
+            c.listen.socket = *v;
+          }
+        },
+        SC_SAME(listen.socket));
+    add("cache.dir", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadString(n, k, p)) {
+            if (!v->empty() && v->front() != '/') p.Add(k, Quote(*v) + " is not an absolute path", &n);
+            c.cache.dir = *v;
+          }
+        },
+        SC_SAME(cache.dir));
+    add("cache.size", true,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadSize(n, k, p)) c.cache.size_bytes = *v;
+        },
+        SC_SAME(cache.size_bytes));
+    add("cache.memory_size", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadSize(n, k, p)) c.cache.memory_size_bytes = *v;
+        },
+        SC_SAME(cache.memory_size_bytes));
+    add("cache.min_free", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto s = n.value_exact<std::string>(); s && !s->empty() && s->back() == '%') {
+            const std::string num = s->substr(0, s->size() - 1);
+            char* end = nullptr;
+            const double pct = std::strtod(num.c_str(), &end);
+            if (num.empty() || end != num.c_str() + num.size() || !(pct >= 0 && pct < 100)) {
+              p.Add(k, Quote(*s) + " is not a percentage in [0%, 100%)", &n);
+              return;
+            }
+            c.cache.min_free = MinFree{pct, 0};
+            return;
+          }
+          if (auto v = ReadSize(n, k, p)) {
+            c.cache.min_free = *v == 0 ? MinFree{0, 0} : MinFree{0, *v};
+          }
+        },
+        SC_SAME(cache.min_free));
+    add("cache.eviction", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadString(n, k, p)) {
+            if (*v == "lru") c.cache.eviction = Eviction::kLru;
+            else if (*v == "static") c.cache.eviction = Eviction::kStatic;
+            else if (*v == "clairvoyant") c.cache.eviction = Eviction::kClairvoyant;
+            else p.Add(k, Quote(*v) + " is not an eviction policy (lru, static, clairvoyant)", &n);
+          }
+        },
+        SC_SAME(cache.eviction));
+    add("cache.segment_size", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadSize(n, k, p)) {
+            if (*v < (1u << 20) || *v % kDirectIoAlign != 0) {
+              p.Add(k, FormatBytes(*v) + " must be at least 1 MiB and a multiple of 4 KiB", &n);
+            } else {
+              c.cache.segment_size_bytes = *v;
+            }
+          }
+        },
+        SC_SAME(cache.segment_size_bytes));
+    add("fetch.bandwidth", true,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadRate(n, k, p)) c.fetch.bandwidth_bytes_per_s = *v;
+        },
+        SC_SAME(fetch.bandwidth_bytes_per_s));
+    add("fetch.connections", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadCount(n, k, p, 1, 256)) c.fetch.connections = *v;
+        },
+        SC_SAME(fetch.connections));
+    add("fetch.max_connections", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadCount(n, k, p, 1, 256)) c.fetch.max_connections = *v;
+        },
+        SC_SAME(fetch.max_connections));
+    add("fetch.timeout", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          std::optional<std::chrono::milliseconds> d;
+          if (auto i = n.value_exact<int64_t>()) {
+            if (*i > 0) d = std::chrono::seconds(*i);
+          } else if (auto s = n.value_exact<std::string>()) {
+            auto r = ParseDuration(*s);
+            if (!r.ok()) {
+              p.Add(k, r.status().message(), &n);
+              return;
+            }
+            d = *r;
+          } else {
+            p.Add(k, "expected a duration such as \"30s\", got " + TypeName(n), &n);
+            return;
+          }
+          if (!d || d->count() <= 0) {
+            p.Add(k, "must be greater than zero", &n);
+            return;
+          }
+          c.fetch.timeout = *d;
+        },
+        SC_SAME(fetch.timeout));
+    add("fetch.retries", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadCount(n, k, p, 0, 100)) c.fetch.retries = *v;
+        },
+        SC_SAME(fetch.retries));
+    add("fetch.prefetch", true,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadSize(n, k, p)) c.fetch.prefetch_bytes = *v;
+        },
+        SC_SAME(fetch.prefetch_bytes));
+    for (auto [name, field] : {std::pair{"tls.cert", &Config::Tls::cert},
+                               std::pair{"tls.key", &Config::Tls::key},
+                               std::pair{"tls.ca", &Config::Tls::ca}}) {
+      add(name, false,
+          [field](const std::string& k, N n, Config& c, Problems& p) {
+            if (auto v = ReadString(n, k, p)) c.tls.*field = *v;
+          },
+          [field](const Config& a, const Config& b) { return a.tls.*field == b.tls.*field; });
+    }
+    add("tls.require_client_cert", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadBool(n, k, p)) c.tls.require_client_cert = *v;
+        },
+        SC_SAME(tls.require_client_cert));
+    add("auth.token", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadString(n, k, p)) c.auth.token = *v;
+        },
+        SC_SAME(auth.token));
+    add("auth.token_file", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadString(n, k, p)) c.auth.token_file = *v;
+        },
+        SC_SAME(auth.token_file));
+    add("log.level", true,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadString(n, k, p)) {
+            static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+            if (std::find(std::begin(kLevels), std::end(kLevels), *v) == std::end(kLevels)) {
+              p.Add(k, Quote(*v) + " is not a log level (trace, debug, info, warn, error, critical, off)", &n);
+            } else {
+              c.log.level = *v;
+            }
+          }
+        },
+        SC_SAME(log.level));
+    add("local.allowed_uids", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadIdList(n, k, p)) c.local.allowed_uids = *v;
+        },
+        SC_SAME(local.allowed_uids));
+    add("local.allowed_gids", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadIdList(n, k, p)) c.local.allowed_gids = *v;
+        },
+        SC_SAME(local.allowed_gids));
+    add("local.arena_size", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadSize(n, k, p)) {
+            if (*v < (1u << 20)) p.Add(k, FormatBytes(*v) + " is below the 1 MiB minimum", &n);
+            else c.local.arena_size_bytes = *v;
+          }
+        },
+        SC_SAME(local.arena_size_bytes));
+    add("local.slots", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadCount(n, k, p, 1, 4096)) c.local.slots = *v;
+        },
+        SC_SAME(local.slots));
+    return s;
+  }();
+  return specs;
+}
+
+const KeySpec* FindSpec(const std::string& name) {
+  for (const auto& s : Specs()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+bool IsSection(const std::string& name) {
+  const std::string prefix = name + ".";
+  for (const auto& s : Specs()) {
+    if (s.name.compare(0, prefix.size(), prefix) == 0) return true;
+  }
+  return false;
+}
+
+void ReportUnknown(const std::string& name, const toml::node& n, Problems& p) {
+  std::string best;
+  size_t best_d = 3;
+  for (const auto& s : Specs()) {
+    const size_t d = EditDistance(name, s.name);
+    if (d < best_d) {
+      best_d = d;
+      best = s.name;
+    }
+  }
+  p.Add(name, best.empty() ? "unknown key" : "unknown key (did you mean '" + best + "'?)", &n);
+}
+
+void Walk(const toml::table& table, const std::string& prefix, Config& c, Problems& p) {
+  for (const auto& [k, v] : table) {
+    const std::string name = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const KeySpec* spec = FindSpec(name)) {
+      spec->read(v, c, p);
+    } else if (IsSection(name)) {
+      if (const toml::table* t = v.as_table()) {
+        Walk(*t, name, c, p);
+      } else {
+        p.Add(name, "expected a table [" + name + "], got " + TypeName(v), &v);
+      }
+    } else {
+      ReportUnknown(name, v, p);
+    }
+  }
+}
+
+std::string TrimRight(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+// Rules that involve more than one key.
+void CheckTogether(Config& c, bool upstream_seen, Problems& p) {
+  if (!upstream_seen) p.Add("upstream", "missing (required: file:///DIR, grpc://HOST:PORT or grpcs://HOST:PORT)");
+  if (c.fetch.connections > c.fetch.max_connections) {
+    p.Add("fetch.connections", std::to_string(c.fetch.connections) + " exceeds fetch.max_connections (" +
+                                   std::to_string(c.fetch.max_connections) + ")");
+  }
+  if (c.cache.size_bytes > 0 && c.cache.dir.empty()) {
+    p.Add("cache.dir", "must be set when cache.size is not 0");
+  }
+  if (!c.tls.cert.empty() && c.tls.key.empty()) p.Add("tls.key", "must be set when tls.cert is set");
+  if (c.tls.cert.empty() && !c.tls.key.empty()) p.Add("tls.cert", "must be set when tls.key is set");
+  if (c.tls.require_client_cert && c.tls.ca.empty()) {
+    p.Add("tls.require_client_cert", "needs tls.ca to verify client certificates against");
+  }
+  if (c.tls.require_client_cert && c.tls.cert.empty()) {
+    p.Add("tls.require_client_cert", "needs tls.cert and tls.key (client certificates need a TLS server)");
+  }
+  for (auto [key, path] : {std::pair{"tls.cert", &c.tls.cert}, std::pair{"tls.key", &c.tls.key},
+                           std::pair{"tls.ca", &c.tls.ca}}) {
+    if (path->empty()) continue;
+    if (auto r = ReadFileToString(*path); !r.ok()) p.Add(key, r.status().message());
+  }
+  if (!c.auth.token.empty() && !c.auth.token_file.empty()) {
+    p.Add("auth.token", "set either auth.token or auth.token_file, not both");
+  } else if (!c.auth.token_file.empty()) {
+    auto r = ReadFileToString(c.auth.token_file);
+    if (!r.ok()) {
+      p.Add("auth.token_file", r.status().message());
+    } else {
+      c.auth.token = TrimRight(*r);
+      if (c.auth.token.empty()) p.Add("auth.token_file", Quote(c.auth.token_file) + " is empty");
+    }
+  }
+  if (c.auth.token.find_first_of("\r\n") != std::string::npos) {
+    p.Add("auth.token", "must be a single line");
+  }
+}
+
+}  // namespace
+
+const char* EvictionName(Eviction e) {
+  switch (e) {
+    case Eviction::kLru: return "lru";
+    case Eviction::kStatic: return "static";
+    case Eviction::kClairvoyant: return "clairvoyant";
+  }
+  return "?";
+}
+
+Result<Upstream> ParseUpstream(const std::string& uri) {
+  const std::string kForms = " (use file:///ABSOLUTE/DIR, grpc://HOST:PORT or grpcs://HOST:PORT)";
+  Upstream u;
+  auto starts = [&](const char* p) { return uri.rfind(p, 0) == 0; };
+  if (starts("file://")) {
+    u.scheme = Upstream::Scheme::kFile;
+    u.path = uri.substr(7);
+    if (u.path.empty() || u.path.front() != '/') {
+      return InvalidArgument(Quote(uri) + " needs an absolute path after file://" + kForms);
+    }
+    while (u.path.size() > 1 && u.path.back() == '/') u.path.pop_back();
+    return u;
+  }
+  std::string rest;
+  if (starts("grpc://")) {
+    u.scheme = Upstream::Scheme::kGrpc;
+    rest = uri.substr(7);
+  } else if (starts("grpcs://")) {
+    u.scheme = Upstream::Scheme::kGrpcs;
+    rest = uri.substr(8);
+  } else {
+    return InvalidArgument(Quote(uri) + " is not a supported upstream" + kForms);
+  }
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  if (rest.find('/') != std::string::npos) {
+    return InvalidArgument(Quote(uri) + " must not have a path after host:port" + kForms);
+  }
+  if (auto bad = CheckHostPort(rest)) return InvalidArgument(*bad + kForms);
+  u.target = rest;
+  return u;
+}
+
+Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  const std::string num = text.substr(0, i), unit = text.substr(i);
+  char* end = nullptr;
+  const double v = std::strtod(num.c_str(), &end);
+  double ms_per = 0;
+  if (unit.empty() || unit == "s") ms_per = 1000;
+  else if (unit == "ms") ms_per = 1;
+  else if (unit == "m" || unit == "min") ms_per = 60e3;
+  else if (unit == "h") ms_per = 3600e3;
+  if (num.empty() || end != num.c_str() + num.size() || ms_per == 0 || !std::isfinite(v) ||
+      v * ms_per > 1e12) {
+    return InvalidArgument(Quote(text) + " is not a duration (examples: 500ms, 30s, 2m, 1h)");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(v * ms_per)));
+}
+
+Result<Config> ParseConfig(const std::string& text, const std::string& where) {
+  toml::table root;
+  try {
+    root = toml::parse(text, where);
+  } catch (const toml::parse_error& e) {
+    Problems p;
+    p.AddRaw("line " + std::to_string(e.source().begin.line) + ", column " +
+             std::to_string(e.source().begin.column) + ": " + std::string(e.description()));
+    return p.ToStatus(where);
+  }
+  Config c;
+  Problems p;
+  Walk(root, "", c, p);
+  CheckTogether(c, root.contains("upstream"), p);
+  if (!p.empty()) return p.ToStatus(where);
+  return c;
+}
+
+Result<Config> LoadConfig(const std::string& path) {
+  SC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseConfig(text, path);
+}
+
+const std::vector<KeyInfo>& KnownKeys() {
+  static const std::vector<KeyInfo> keys = [] {
+    std::vector<KeyInfo> out;
+    for (const auto& s : Specs()) out.push_back({s.name, s.reloadable});
+    return out;
+  }();
+  return keys;
+}
+
+ConfigDiff ReloadableDiff(const Config& running, const Config& loaded) {
+  ConfigDiff d;
+  for (const auto& s : Specs()) {
+    if (s.same(running, loaded)) continue;
+    (s.reloadable ? d.reloadable : d.not_reloadable).push_back(s.name);
+  }
+  return d;
+}
+
+}  // namespace shardcache::config

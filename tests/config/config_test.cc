@@ -1,0 +1,272 @@
+#include "config/config.h"
+
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include <catch2/catch.hpp>
+
+#include "common/fs.h"
+#include "testing/temp_dir.h"
+
+namespace shardcache::config {
+namespace {
+
+std::string ExamplePath() { return std::string(SC_SOURCE_DIR) + "/config/shardcached.toml"; }
+
+// Lines of the error message after the "where: N problems" header.
+std::vector<std::string> ProblemLines(const Status& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s.message());
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) out.push_back(line);
+  return out;
+}
+
+TEST_CASE("a minimal config takes every default", "[config]") {
+  auto c = ParseConfig("upstream = \"file:///srv/datasets\"\n");
+  REQUIRE(c.ok());
+  CHECK(c->upstream == "file:///srv/datasets");
+  CHECK(c->listen.socket == "/run/shardcache/shardcached.sock");
+  CHECK(c->listen.metrics == "127.0.0.1:9750");
+  CHECK(c->listen.origin.empty());
+  CHECK(c->cache.size_bytes == 0);
+  CHECK(c->cache.min_free.percent == 5.0);
+  CHECK(c->fetch.timeout == std::chrono::seconds(60));
+  CHECK(c->log.level == "info");
+}
+
+TEST_CASE("the design's example keys parse to the values they name", "[config]") {
+  auto c = ParseConfig(R"(
+upstream = "grpc://origin.example:7443"
+[listen]
+origin  = "0.0.0.0:7443"
+socket  = "/run/shardcache/shardcached.sock"
+metrics = "127.0.0.1:9750"
+[cache]
+dir = "/var/cache/shardcache"
+size = "800GiB"
+memory_size = "8GiB"
+min_free = "5%"
+eviction = "clairvoyant"
+[fetch]
+bandwidth = "10Gbit"
+timeout = "1500ms"
+prefetch = 1048576
+)");
+  REQUIRE(c.ok());
+  CHECK(c->cache.size_bytes == 800ull << 30);
+  CHECK(c->cache.memory_size_bytes == 8ull << 30);
+  CHECK(c->cache.eviction == Eviction::kClairvoyant);
+  CHECK(c->fetch.bandwidth_bytes_per_s == 1250000000ull);
+  CHECK(c->fetch.timeout == std::chrono::milliseconds(1500));
+  CHECK(c->fetch.prefetch_bytes == 1048576);
+  CHECK(c->cache.min_free.BytesFor(1000) == 50);
+}
+
+TEST_CASE("min_free accepts a size as well as a percentage", "[config]") {
+  auto c = ParseConfig("upstream = \"file:///d\"\n[cache]\nmin_free = \"50GiB\"\n");
+  REQUIRE(c.ok());
+  CHECK(c->cache.min_free.bytes == 50ull << 30);
+  CHECK(c->cache.min_free.BytesFor(1ull << 40) == 50ull << 30);
+}
+
+TEST_CASE("unknown keys and bad values are all reported at once, each naming its key", "[config]") {
+  auto c = ParseConfig(R"(
+upstream = "http://origin:80"
+colour = "blue"
+[listen]
+metrics = "localhost"
+socket = "relative.sock"
+[cache]
+size = "12 parsecs"
+sise = "1GiB"
+min_free = "120%"
+eviction = "fifo"
+segment_size = "1000"
+[fetch]
+bandwidth = "fast"
+connections = 0
+timeout = "soon"
+[log]
+level = "loud"
+[local]
+allowed_uids = [1000, "bob"]
+[gpu]
+enabled = true
+)", "test.toml");
+  REQUIRE_FALSE(c.ok());
+  const auto lines = ProblemLines(c.status());
+  INFO(c.status().message());
+  CHECK(c.status().message().rfind("test.toml: 15 problems", 0) == 0);
+  const std::vector<std::string> expected = {
+      "upstream: 'http://origin:80' is not a supported upstream",
+      "colour: unknown key",
+      "listen.metrics: 'localhost' is not host:port",
+      "listen.socket: 'relative.sock' is not an absolute path",
+      "cache.size: '12 parsecs' has an unknown size unit 'parsecs'",
+      "cache.sise: unknown key (did you mean 'cache.size'?)",
+      "cache.min_free: '120%' is not a percentage",
+      "cache.eviction: 'fifo' is not an eviction policy",
+      "cache.segment_size: 1000 B must be at least 1 MiB",
+      "fetch.bandwidth: 'fast' is not a rate",
+      "fetch.connections: 0 is out of range [1, 256]",
+      "fetch.timeout: 'soon' is not a duration",
+      "log.level: 'loud' is not a log level",
+      "local.allowed_uids[1]: expected an integer, got a string",
+      "gpu: unknown key",
+  };
+  REQUIRE(lines.size() == expected.size());
+  for (const auto& e : expected) {
+    bool found = false;
+    for (const auto& l : lines) found = found || l.find(e) != std::string::npos;
+    INFO("expected a line containing: " << e);
+    CHECK(found);
+  }
+  // Each problem points at its line in the file.
+  CHECK(c.status().message().find("cache.size: '12 parsecs' has an unknown size unit 'parsecs' ("
+                                  "use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB) (line 8)") !=
+        std::string::npos);
+}
+
+TEST_CASE("a missing upstream and inconsistent keys are reported", "[config]") {
+  auto c = ParseConfig(R"(
+[fetch]
+connections = 20
+max_connections = 8
+[tls]
+require_client_cert = true
+[auth]
+token = "a"
+token_file = "/nonexistent"
+)");
+  REQUIRE_FALSE(c.ok());
+  const std::string m = c.status().message();
+  INFO(m);
+  CHECK(m.find("upstream: missing") != std::string::npos);
+  CHECK(m.find("fetch.connections: 20 exceeds fetch.max_connections (8)") != std::string::npos);
+  CHECK(m.find("tls.require_client_cert: needs tls.ca") != std::string::npos);
+  CHECK(m.find("auth.token: set either auth.token or auth.token_file, not both") != std::string::npos);
+}
+
+TEST_CASE("a TOML syntax error names the line", "[config]") {
+  auto c = ParseConfig("upstream = \"file:///d\"\n[cache\nsize = 1\n", "broken.toml");
+  REQUIRE_FALSE(c.ok());
+  INFO(c.status().message());
+  CHECK(c.status().message().find("broken.toml: 1 problem\n  line 2") == 0);
+}
+
+TEST_CASE("a value of the wrong TOML type names the expected type", "[config]") {
+  auto c = ParseConfig("upstream = 7\n[listen]\norigin = 7443\n[cache]\nsize = -1\n[tls]\nrequire_client_cert = \"yes\"\n");
+  REQUIRE_FALSE(c.ok());
+  const std::string m = c.status().message();
+  INFO(m);
+  CHECK(m.find("upstream: expected a string, got an integer") != std::string::npos);
+  CHECK(m.find("listen.origin: expected a string, got an integer") != std::string::npos);
+  CHECK(m.find("cache.size: -1 is negative") != std::string::npos);
+  CHECK(m.find("tls.require_client_cert: expected true or false, got a string") != std::string::npos);
+}
+
+TEST_CASE("upstream URIs are checked for scheme, absolute path and port", "[config]") {
+  CHECK(ParseUpstream("file:///srv/data/")->path == "/srv/data");
+  CHECK(ParseUpstream("grpc://origin:7443")->target == "origin:7443");
+  CHECK(ParseUpstream("grpcs://[::1]:7443")->scheme == Upstream::Scheme::kGrpcs);
+  CHECK_FALSE(ParseUpstream("file://relative").ok());
+  CHECK_FALSE(ParseUpstream("grpc://origin").ok());
+  CHECK_FALSE(ParseUpstream("grpc://origin:99999").ok());
+  CHECK_FALSE(ParseUpstream("grpc://origin:7443/path").ok());
+  CHECK_FALSE(ParseUpstream("s3://bucket").ok());
+}
+
+TEST_CASE("auth.token_file is read and its trailing newline dropped", "[config]") {
+  testing::TempDir dir;
+  REQUIRE(WriteFileAtomic(dir / "token", "s3cret\n").ok());
+  auto c = ParseConfig("upstream = \"file:///d\"\n[auth]\ntoken_file = \"" + (dir / "token") + "\"\n");
+  REQUIRE(c.ok());
+  CHECK(c->auth.token == "s3cret");
+  REQUIRE(WriteFileAtomic(dir / "empty", "\n").ok());
+  auto e = ParseConfig("upstream = \"file:///d\"\n[auth]\ntoken_file = \"" + (dir / "empty") + "\"\n");
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().message().find("auth.token_file: '" + (dir / "empty") + "' is empty") != std::string::npos);
+}
+
+TEST_CASE("the documented example file parses to the built-in defaults", "[config]") {
+  auto c = LoadConfig(ExamplePath());
+  REQUIRE(c.ok());
+  Config defaults;
+  defaults.upstream = c->upstream;
+  CHECK(*c == defaults);
+}
+
+TEST_CASE("the documented example file documents every key and its reload behaviour", "[config]") {
+  auto text = ReadFileToString(ExamplePath());
+  REQUIRE(text.ok());
+  // Walk the file: "[section]" lines set the prefix; "key = value" lines are keys; the comment
+  // block above a key must say [reload] or [restart], matching KnownKeys().
+  std::map<std::string, std::string> documented;  // key -> "reload" | "restart"
+  std::istringstream in(*text);
+  std::string line, section, comments, last_mode;
+  const std::regex kSection(R"(^\[(\w+)\]\s*(#.*)?$)"), kKey(R"(^(\w+)\s*=)");
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_match(line, m, kSection)) {
+      section = m[1];
+      comments.clear();
+    } else if (line.rfind('#', 0) == 0) {
+      comments += line;
+    } else if (line.empty()) {
+      comments.clear();
+    } else if (std::regex_search(line, m, kKey)) {
+      const std::string key = section.empty() ? std::string(m[1]) : section + "." + std::string(m[1]);
+      std::string mode = comments.find("[reload]") != std::string::npos ? "reload"
+                         : comments.find("[restart]") != std::string::npos ? "restart" : "";
+      // allowed_uids/allowed_gids share one comment block.
+      if (mode.empty()) mode = last_mode;
+      documented[key] = last_mode = mode;
+      comments.clear();
+    }
+  }
+  for (const auto& k : KnownKeys()) {
+    INFO("key " << k.name);
+    REQUIRE(documented.count(k.name) == 1);
+    CHECK(documented[k.name] == (k.reloadable ? "reload" : "restart"));
+  }
+  CHECK(documented.size() == KnownKeys().size());
+}
+
+TEST_CASE("reload diff separates keys SIGHUP applies from those needing a restart", "[config]") {
+  auto a = ParseConfig("upstream = \"file:///d\"\n");
+  REQUIRE(a.ok());
+  CHECK(ReloadableDiff(*a, *a).empty());
+  auto b = ParseConfig(R"(
+upstream = "grpc://other:1"
+[cache]
+size = "1GiB"
+eviction = "static"
+[fetch]
+bandwidth = "1Gbit"
+prefetch = "2GiB"
+[log]
+level = "debug"
+)");
+  REQUIRE(b.ok());
+  const auto d = ReloadableDiff(*a, *b);
+  CHECK(std::set<std::string>(d.reloadable.begin(), d.reloadable.end()) ==
+        std::set<std::string>{"cache.size", "fetch.bandwidth", "fetch.prefetch", "log.level"});
+  CHECK(std::set<std::string>(d.not_reloadable.begin(), d.not_reloadable.end()) ==
+        std::set<std::string>{"upstream", "cache.eviction"});
+}
+
+TEST_CASE("durations accept ms, s, m, h and plain seconds", "[config]") {
+  CHECK(*ParseDuration("250ms") == std::chrono::milliseconds(250));
+  CHECK(*ParseDuration("2m") == std::chrono::minutes(2));
+  CHECK(*ParseDuration("1.5s") == std::chrono::milliseconds(1500));
+  CHECK(*ParseDuration("10") == std::chrono::seconds(10));
+  CHECK_FALSE(ParseDuration("").ok());
+  CHECK_FALSE(ParseDuration("5 fortnights").ok());
+  CHECK_FALSE(ParseDuration("-1s").ok());
+}
+
+}  // namespace
+}  // namespace shardcache::config
