@@ -1,0 +1,177 @@
+#include "daemon/plan/epoch_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "common/hash.h"
+
+namespace shardcache::plan {
+namespace {
+
+// splitmix64: a counter-based generator; the whole stream is a function of its seed.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Unbiased draw in [0, bound) (Lemire 2019). REQUIRES: bound > 0.
+  uint64_t Below(uint64_t bound) {
+    unsigned __int128 m = static_cast<unsigned __int128>(Next()) * bound;
+    uint64_t low = static_cast<uint64_t>(m);
+    if (low < bound) {
+      const uint64_t threshold = (0 - bound) % bound;
+      while (low < threshold) {
+        m = static_cast<unsigned __int128>(Next()) * bound;
+        low = static_cast<uint64_t>(m);
+      }
+    }
+    return static_cast<uint64_t>(m >> 64);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+template <typename T>
+void Shuffle(T* first, uint64_t count, SplitMix64& rng) {
+  for (uint64_t i = count; i > 1; --i) {
+    const uint64_t j = rng.Below(i);
+    std::swap(first[i - 1], first[j]);
+  }
+}
+
+// Distinct streams for the parts of one plan, so changing the window size does not change the
+// shard order.
+constexpr uint64_t kGlobalStream = 0x676c6f62616c0001ull;
+constexpr uint64_t kShardStream = 0x736861726473ull;
+constexpr uint64_t kWindowStream = 0x77696e646f77ull;
+
+template <typename T>
+void Build(const DatasetLayout& layout, const PlanOptions& o, uint64_t n, uint32_t window,
+           std::vector<T>* order) {
+  const uint64_t key = PlanKey(layout.version, o.seed, o.epoch);
+  order->resize(n);
+  if (o.mode == ShuffleMode::kGlobal) {
+    std::iota(order->begin(), order->end(), T{0});
+    SplitMix64 rng(key ^ kGlobalStream);
+    Shuffle(order->data(), n, rng);
+    return;
+  }
+  // Block: shard order first, then samples inside each window of `window` shards.
+  const size_t shards = layout.shard_samples.size();
+  std::vector<uint64_t> first_id(shards, 0);
+  for (size_t s = 1; s < shards; ++s) first_id[s] = first_id[s - 1] + layout.shard_samples[s - 1];
+  std::vector<uint32_t> shard_order(shards);
+  std::iota(shard_order.begin(), shard_order.end(), 0u);
+  SplitMix64 shard_rng(key ^ kShardStream);
+  Shuffle(shard_order.data(), shards, shard_rng);
+  SplitMix64 window_rng(key ^ kWindowStream);
+  uint64_t pos = 0;
+  for (size_t w = 0; w < shards; w += window) {
+    const uint64_t window_start = pos;
+    for (size_t k = w; k < std::min<size_t>(shards, w + window); ++k) {
+      const uint32_t s = shard_order[k];
+      for (uint64_t i = 0; i < layout.shard_samples[s]; ++i) (*order)[pos++] = static_cast<T>(first_id[s] + i);
+    }
+    Shuffle(order->data() + window_start, pos - window_start, window_rng);
+  }
+}
+
+}  // namespace
+
+Result<ShuffleMode> ParseShuffleMode(std::string_view name) {
+  if (name == "none") return ShuffleMode::kNone;
+  if (name == "global") return ShuffleMode::kGlobal;
+  if (name == "block") return ShuffleMode::kBlock;
+  return InvalidArgument("shuffle mode '" + std::string(name) + "' is not one of none|global|block");
+}
+
+const char* ShuffleModeName(ShuffleMode mode) {
+  switch (mode) {
+    case ShuffleMode::kNone: return "none";
+    case ShuffleMode::kGlobal: return "global";
+    case ShuffleMode::kBlock: return "block";
+  }
+  return "?";
+}
+
+DatasetLayout LayoutOf(const dataset::Dataset& d) {
+  DatasetLayout l;
+  l.version = d.version;
+  l.chunk_bytes = d.manifest.chunk_bytes();
+  for (const auto& s : d.manifest.shards()) {
+    l.shard_samples.push_back(s.sample_count());
+    l.shard_bytes.push_back(s.size_bytes());
+  }
+  return l;
+}
+
+uint64_t PlanKey(std::string_view version, uint64_t seed, uint64_t epoch) {
+  std::string buf(version);
+  for (uint64_t v : {seed, epoch}) {
+    for (int b = 0; b < 8; ++b) buf.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
+  }
+  return HashBytes(buf).low;
+}
+
+Result<std::shared_ptr<const EpochPlan>> EpochPlan::Make(const DatasetLayout& layout,
+                                                         const PlanOptions& options) {
+  if (options.world_size == 0) return InvalidArgument("world_size must be at least 1");
+  if (options.batch_size == 0) return InvalidArgument("batch_size must be at least 1");
+  if (!layout.shard_bytes.empty() && layout.shard_bytes.size() != layout.shard_samples.size()) {
+    return InvalidArgument("dataset layout has " + std::to_string(layout.shard_samples.size()) +
+                           " sample counts but " + std::to_string(layout.shard_bytes.size()) +
+                           " shard sizes");
+  }
+  std::shared_ptr<EpochPlan> p(new EpochPlan());
+  p->options_ = options;
+  p->n_ = std::accumulate(layout.shard_samples.begin(), layout.shard_samples.end(), uint64_t{0});
+  const uint64_t w = options.world_size;
+  if (options.drop_last) {
+    const uint64_t k = (p->n_ / w) / options.batch_size * options.batch_size;
+    p->used_ = k * w;
+  } else {
+    p->used_ = p->n_;
+  }
+  if (options.mode == ShuffleMode::kBlock) {
+    const uint64_t shards = layout.shard_samples.size();
+    uint32_t window = options.block_window_shards;
+    if (window == 0 && shards > 0) {
+      uint64_t total_bytes = std::accumulate(layout.shard_bytes.begin(), layout.shard_bytes.end(),
+                                             uint64_t{0});
+      const uint64_t avg = std::max<uint64_t>(1, total_bytes / shards);
+      const uint64_t target = w * kBlockChunksPerRank * std::max<uint64_t>(1, layout.chunk_bytes);
+      window = static_cast<uint32_t>(std::clamp<uint64_t>((target + avg - 1) / avg, 1, shards));
+    }
+    p->window_shards_ = std::max<uint32_t>(window, 1);
+  }
+  if (options.mode != ShuffleMode::kNone && p->n_ > 0) {
+    if (p->n_ <= std::numeric_limits<uint32_t>::max()) {
+      Build(layout, options, p->n_, p->window_shards_, &p->order32_);
+    } else {
+      Build(layout, options, p->n_, p->window_shards_, &p->order64_);
+    }
+  }
+  return std::shared_ptr<const EpochPlan>(std::move(p));
+}
+
+uint64_t EpochPlan::samples_per_rank(uint32_t rank) const {
+  const uint64_t w = options_.world_size;
+  if (rank >= w) return 0;
+  return used_ / w + (rank < used_ % w ? 1 : 0);
+}
+
+std::vector<uint64_t> EpochPlan::RankOrder(uint32_t rank, uint64_t from) const {
+  std::vector<uint64_t> out;
+  const uint64_t count = samples_per_rank(rank);
+  if (from >= count) return out;
+  out.reserve(count - from);
+  for (uint64_t i = from; i < count; ++i) out.push_back(SampleAt(rank, i));
+  return out;
+}
+
+}  // namespace shardcache::plan
