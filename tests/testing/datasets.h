@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "dataset/manifest.h"
+#include "dataset/synthetic.h"
 
 namespace shardcache::testing {
 
@@ -23,7 +24,7 @@ Result<dataset::DatasetPtr> MakeRecordsDataset(const std::string& root, const st
                                                uint64_t record_bytes,
                                                uint64_t chunk_bytes = dataset::kDefaultChunkBytes,
                                                uint64_t seed = 1);
-std::string RecordBytes(uint64_t seed, uint64_t shard, uint64_t record, uint64_t record_bytes);
+using dataset::synthetic::RecordBytes;
 
 // Token dataset (records format): each record holds `tokens_per_record` little-endian uint16
 // token ids drawn from a Zipf-like distribution over a 50k vocabulary, so it compresses
@@ -33,8 +34,7 @@ Result<dataset::DatasetPtr> MakeTokenDataset(const std::string& root, const std:
                                              uint64_t tokens_per_record,
                                              uint64_t chunk_bytes = dataset::kDefaultChunkBytes,
                                              uint64_t seed = 1);
-std::string TokenRecordBytes(uint64_t seed, uint64_t shard, uint64_t record,
-                             uint64_t tokens_per_record);
+using dataset::synthetic::TokenRecordBytes;
 
 // WebDataset tar dataset: shards root/name/shard-00000.tar ...; sample k of shard s has key
 // "s<shard>-<k>" (zero padded) and two members: "<key>.jpg" holding
@@ -45,12 +45,17 @@ Result<dataset::DatasetPtr> MakeTarDataset(const std::string& root, const std::s
                                            uint64_t min_bytes = 1000, uint64_t max_bytes = 20000,
                                            uint64_t chunk_bytes = dataset::kDefaultChunkBytes,
                                            uint64_t seed = 1);
-std::string TarJpgBytes(uint64_t seed, uint64_t shard, uint64_t sample, uint64_t min_bytes,
-                        uint64_t max_bytes);
-std::string TarSampleKey(uint64_t shard, uint64_t sample);
+inline std::string TarJpgBytes(uint64_t seed, uint64_t shard, uint64_t sample,
+                               uint64_t min_bytes, uint64_t max_bytes) {
+  return dataset::synthetic::JpgLikeBytes(seed, shard, sample, min_bytes, max_bytes);
+}
+inline std::string TarSampleKey(uint64_t shard, uint64_t sample) {
+  return dataset::synthetic::SampleKey(shard, sample);
+}
 
 // Megatron dataset: root/name/part-00000.bin + .idx ...; uint16 tokens, sequence lengths in
-// [min_tokens, max_tokens], one document per sequence.
+// [min_tokens, max_tokens], one document per sequence; sequence q of shard s holds
+// TokenRecordBytes(seed, s, q, its length).
 Result<dataset::DatasetPtr> MakeMegatronDataset(const std::string& root, const std::string& name,
                                                 int shards, uint64_t sequences_per_shard,
                                                 uint64_t min_tokens = 16,
