@@ -1,0 +1,178 @@
+// libshardcache: the trainer side of a node's shardcached.
+//
+//   auto client = shardcache::Client::Connect("/run/shardcache/shardcached.sock");
+//   if (!client.ok()) { ... client.status() ... }
+//   shardcache::LoaderOptions o;
+//   o.dataset = "tokens-v3"; o.batch_size = 32; o.shuffle = shardcache::Shuffle::kBlock;
+//   o.rank = 0; o.world_size = 8; o.drop_last = true;
+//   auto loader = (*client)->OpenLoader(o);
+//   while (auto batch = (*loader)->Next()) {     // Result<Batch>; OutOfRange at end of epoch
+//     for (size_t i = 0; i < batch->size(); ++i) use(batch->sample_id(i), batch->sample(i));
+//   }                                            // each Batch releases its slot when destroyed
+//   shardcache::LoaderState s = (*loader)->state();   // resume: o.samples_consumed = s.samples_consumed
+//
+// Batches point into a shared-memory arena the daemon mapped for this connection: reading a
+// sample copies nothing. A Batch is valid until it is destroyed or Release()d; its bytes are
+// never overwritten before that. The arena has a fixed number of slots (HelloResponse), so a
+// trainer that keeps every batch alive gets ResourceExhausted from Next() instead of a hang.
+//
+// Errors are Status / Result (common/status.h, installed beside this header); no exceptions.
+// The library needs only libprotobuf-lite: no gRPC, no RocksDB.
+//
+// Thread safety: a Client and its Loaders may be used from several threads; requests on one
+// connection are serialized. A Batch may be read from any thread and destroyed on any thread.
+// Objects may be destroyed in any order: a Loader stays open in the daemon until it and every
+// Batch it returned are gone, and the connection until the last Loader and Batch are gone.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace shardcache {
+
+inline constexpr char kDefaultSocketPath[] = "/run/shardcache/shardcached.sock";
+
+enum class Shuffle { kNone = 0, kGlobal = 1, kBlock = 2 };
+
+// "none" | "global" | "block".
+Result<Shuffle> ParseShuffle(const std::string& name);
+
+struct LoaderOptions {
+  std::string dataset;
+  uint32_t batch_size = 32;
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  Shuffle shuffle = Shuffle::kNone;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  // true: every batch of every rank is full; the tail of the epoch's order is dropped (the same
+  // samples for all ranks). false: every sample once; a rank's last batch may be short.
+  bool drop_last = false;
+  // Resume point: samples of this rank already consumed in `epoch` (LoaderState).
+  uint64_t samples_consumed = 0;
+  // Block shuffle window in shards; 0 = the daemon's automatic size.
+  uint32_t block_window_shards = 0;
+  // How long Next() lets the daemon wait for data; 0 = the daemon's default.
+  uint32_t next_timeout_ms = 0;
+  std::string job;  // informational
+};
+
+struct LoaderState {
+  uint64_t epoch = 0;
+  uint64_t samples_consumed = 0;
+};
+
+// A read-only view of bytes in the arena.
+struct ByteView {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  const uint8_t* begin() const { return data; }
+  const uint8_t* end() const { return data + size; }
+};
+
+namespace client_internal {
+struct Connection;
+struct LoaderCore;
+}  // namespace client_internal
+
+// One batch in shared memory. Move-only; destroying it (or Release()) returns its slot.
+class Batch {
+ public:
+  Batch(Batch&&) noexcept;
+  Batch& operator=(Batch&&) noexcept;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+  ~Batch();
+
+  size_t size() const { return ids_.size(); }
+  uint64_t sample_id(size_t i) const { return ids_[i]; }
+  const std::vector<uint64_t>& sample_ids() const { return ids_; }
+  ByteView sample(size_t i) const { return {data_ + offsets_[i], static_cast<size_t>(lengths_[i])}; }
+  // The whole payload; samples lie back to back in batch order.
+  const uint8_t* data() const { return data_; }
+  uint64_t payload_bytes() const { return payload_bytes_; }
+  // > 0 when the payload is a dense [size(), record_bytes] block (fixed-size records).
+  uint64_t record_bytes() const { return record_bytes_; }
+  uint64_t seq() const { return seq_; }
+  // How long the daemon waited for this batch's data (0 when it was prefetched).
+  uint64_t wait_us() const { return wait_us_; }
+
+  // Returns the slot now; the batch is empty afterwards. Idempotent.
+  Status Release();
+
+ private:
+  friend class Loader;
+  Batch() = default;
+
+  std::shared_ptr<client_internal::LoaderCore> core_;
+  uint32_t slot_ = 0;
+  bool held_ = false;
+  const uint8_t* data_ = nullptr;
+  uint64_t payload_bytes_ = 0;
+  uint64_t record_bytes_ = 0;
+  uint64_t seq_ = 0;
+  uint64_t wait_us_ = 0;
+  std::vector<uint64_t> ids_;
+  std::vector<uint64_t> offsets_;
+  std::vector<uint64_t> lengths_;
+};
+
+class Loader {
+ public:
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The next batch of this rank in plan order. OutOfRange ("end of epoch") once the epoch is
+  // done; ResourceExhausted when every arena slot is held by unreleased batches;
+  // DeadlineExceeded when the data did not arrive within the timeout; Unavailable when the
+  // daemon went away.
+  Result<Batch> Next();
+
+  // Resume point, tracked locally (equal to the daemon's LoaderState).
+  LoaderState state() const;
+  // The daemon's view of the same.
+  Result<LoaderState> QueryState();
+
+  uint64_t samples_per_epoch() const;
+  uint64_t dataset_samples() const;
+  uint64_t record_bytes() const;
+  const std::string& version() const;
+  const LoaderOptions& options() const;
+
+ private:
+  friend class Client;
+  explicit Loader(std::shared_ptr<client_internal::LoaderCore> core) : core_(std::move(core)) {}
+  std::shared_ptr<client_internal::LoaderCore> core_;
+};
+
+class Client {
+ public:
+  // Connects, checks the protocol version and maps the arena. PermissionDenied when the daemon
+  // refuses this uid; Unavailable when nobody listens at socket_path.
+  static Result<std::unique_ptr<Client>> Connect(const std::string& socket_path = kDefaultSocketPath);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  Result<std::unique_ptr<Loader>> OpenLoader(const LoaderOptions& options);
+  // The daemon's serve statistics, one JSON object.
+  Result<std::string> Stats();
+
+  uint64_t arena_bytes() const;
+  uint32_t slot_count() const;
+  uint64_t slot_bytes() const;
+  // Start of the mapped arena (e.g. for cudaHostRegister once per connection).
+  const uint8_t* arena_data() const;
+
+ private:
+  explicit Client(std::shared_ptr<client_internal::Connection> conn) : conn_(std::move(conn)) {}
+  std::shared_ptr<client_internal::Connection> conn_;
+};
+
+}  // namespace shardcache

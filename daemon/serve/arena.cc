@@ -1,0 +1,122 @@
+#include "daemon/serve/arena.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace shardcache::serve {
+
+Result<std::unique_ptr<Arena>> Arena::Create(uint64_t arena_bytes, uint32_t slot_count) {
+  if (slot_count == 0) return InvalidArgument("arena slot count must be at least 1");
+  const uint64_t slot_bytes = AlignDown(arena_bytes / slot_count, kDirectIoAlign);
+  if (slot_bytes < kDirectIoAlign) {
+    return InvalidArgument("arena of " + std::to_string(arena_bytes) + " bytes split into " +
+                           std::to_string(slot_count) + " slots leaves slots under 4 KiB");
+  }
+  std::unique_ptr<Arena> a(new Arena());
+  a->slot_count_ = slot_count;
+  a->slot_bytes_ = slot_bytes;
+  a->arena_bytes_ = slot_bytes * slot_count;
+  a->fd_.Reset(memfd_create("shardcache-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!a->fd_.valid()) return ErrnoStatus(errno, "memfd_create for the batch arena");
+  if (ftruncate(a->fd_.get(), static_cast<off_t>(a->arena_bytes_)) != 0) {
+    return ErrnoStatus(errno, "ftruncate of the batch arena to " + std::to_string(a->arena_bytes_));
+  }
+  // The client may map it writable (it never writes), but can never resize it under us.
+  if (fcntl(a->fd_.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+    return ErrnoStatus(errno, "sealing the batch arena");
+  }
+  void* p = mmap(nullptr, a->arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd_.get(), 0);
+  if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap of the batch arena");
+  a->base_ = static_cast<uint8_t*>(p);
+  a->slots_.resize(slot_count);
+  return a;
+}
+
+Arena::~Arena() {
+  if (base_ != nullptr) munmap(base_, arena_bytes_);
+}
+
+std::optional<uint32_t> Arena::TryAcquire(uint64_t owner) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (uint32_t i = 0; i < slot_count_; ++i) {
+    if (slots_[i].state == SlotState::kFree) {
+      slots_[i] = {SlotState::kAssembling, owner};
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
+void Arena::MarkDelivered(uint32_t slot) {
+  std::lock_guard<std::mutex> l(mu_);
+  slots_[slot].state = SlotState::kDelivered;
+}
+
+Status Arena::Release(uint32_t slot, uint64_t owner) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (slot >= slot_count_) {
+      return FailedPrecondition("slot " + std::to_string(slot) + " does not exist (arena has " +
+                                std::to_string(slot_count_) + ")");
+    }
+    Slot& s = slots_[slot];
+    if (s.state == SlotState::kFree || s.owner != owner) {
+      return FailedPrecondition("slot " + std::to_string(slot) + " is not held by loader " +
+                                std::to_string(owner));
+    }
+    s = Slot{};
+  }
+  freed_.notify_all();
+  return Status::Ok();
+}
+
+uint32_t Arena::ReleaseAll(uint64_t owner) {
+  uint32_t n = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& s : slots_) {
+      if (s.state != SlotState::kFree && s.owner == owner) {
+        s = Slot{};
+        ++n;
+      }
+    }
+  }
+  if (n) freed_.notify_all();
+  return n;
+}
+
+uint32_t Arena::FreeSlots() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t n = 0;
+  for (const auto& s : slots_) n += s.state == SlotState::kFree;
+  return n;
+}
+
+uint32_t Arena::SlotsIn(SlotState state, uint64_t owner) const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t n = 0;
+  for (const auto& s : slots_) n += s.state == state && s.owner == owner;
+  return n;
+}
+
+uint32_t Arena::DeliveredSlots() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t n = 0;
+  for (const auto& s : slots_) n += s.state == SlotState::kDelivered;
+  return n;
+}
+
+bool Arena::WaitForFree(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> l(mu_);
+  return freed_.wait_until(l, deadline, [&] {
+    for (const auto& s : slots_) if (s.state == SlotState::kFree) return true;
+    return false;
+  });
+}
+
+void Arena::NotifyAll() { freed_.notify_all(); }
+
+}  // namespace shardcache::serve

@@ -1,0 +1,84 @@
+// Arena: the shared-memory data plane of one client connection.
+//
+// One memfd (MFD_CLOEXEC | MFD_ALLOW_SEALING), sized with ftruncate and sealed against growing
+// and shrinking (so a client can never SIGBUS the daemon by truncating it), mapped once in the
+// daemon and handed to the client with SCM_RIGHTS. Nothing is created in /dev/shm: the kernel
+// frees the memory when the last descriptor and mapping are gone, also when a client crashes.
+//
+// The arena is split into `slot_count` equal slots of `slot_bytes` (arena bytes / slots, rounded
+// down to 4 KiB so that every slot start is aligned for O_DIRECT reads). A slot holds one batch
+// and has one owner at a time: free → assembling (a loader's prefetcher fills it) → delivered
+// (the client holds it) → free again on ReleaseBatch, CloseLoader or disconnect.
+//
+// Thread safety: all methods are safe to call concurrently; slot state is guarded by mu_.
+// Slot memory itself is written only by the slot's current owner.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "common/fs.h"
+#include "common/status.h"
+
+namespace shardcache::serve {
+
+class Arena {
+ public:
+  enum class SlotState : uint8_t { kFree, kAssembling, kDelivered };
+
+  // InvalidArgument when slot_count is 0 or the slots would be smaller than 4 KiB;
+  // ResourceExhausted / Internal when memfd, ftruncate, sealing or mmap fail.
+  static Result<std::unique_ptr<Arena>> Create(uint64_t arena_bytes, uint32_t slot_count);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  int fd() const { return fd_.get(); }
+  uint64_t arena_bytes() const { return arena_bytes_; }
+  uint32_t slot_count() const { return slot_count_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint8_t* SlotData(uint32_t slot) const { return base_ + uint64_t{slot} * slot_bytes_; }
+  uint64_t SlotOffset(uint32_t slot) const { return uint64_t{slot} * slot_bytes_; }
+
+  // Takes a free slot for `owner` (a loader id), marking it assembling; nullopt when none is
+  // free. Never blocks.
+  std::optional<uint32_t> TryAcquire(uint64_t owner);
+  // assembling → delivered. REQUIRES: the slot is assembling.
+  void MarkDelivered(uint32_t slot);
+  // Frees a slot that `owner` holds. FailedPrecondition when the slot is out of range, free, or
+  // held by another owner (a client releasing what it does not hold).
+  Status Release(uint32_t slot, uint64_t owner);
+  // Frees every slot held by `owner`; returns how many.
+  uint32_t ReleaseAll(uint64_t owner);
+
+  uint32_t FreeSlots() const;
+  uint32_t SlotsIn(SlotState state, uint64_t owner) const;
+  uint32_t DeliveredSlots() const;
+  // Blocks until some slot is free or `deadline` passes; true when one is free.
+  bool WaitForFree(std::chrono::steady_clock::time_point deadline);
+  // Wakes waiters (used when shutting down).
+  void NotifyAll();
+
+ private:
+  Arena() = default;
+  struct Slot {
+    SlotState state = SlotState::kFree;
+    uint64_t owner = 0;
+  };
+
+  UniqueFd fd_;
+  uint8_t* base_ = nullptr;
+  uint64_t arena_bytes_ = 0;
+  uint32_t slot_count_ = 0;
+  uint64_t slot_bytes_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable freed_;
+  std::vector<Slot> slots_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace shardcache::serve

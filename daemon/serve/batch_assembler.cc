@@ -1,0 +1,235 @@
+#include "daemon/serve/batch_assembler.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "common/metrics.h"
+
+namespace shardcache::serve {
+namespace {
+
+metrics::Counter* ChunksReadCounter() {
+  static auto* c = metrics::Registry::Global().GetCounter(
+      "shardcache_serve_chunk_reads_total", "Chunks read by the local service to assemble batches");
+  return c;
+}
+metrics::Counter* WarmReadCounter() {
+  static auto* c = metrics::Registry::Global().GetCounter(
+      "shardcache_serve_warm_reads_total", "Chunks read ahead of demand by the prefetcher");
+  return c;
+}
+
+}  // namespace
+
+SampleLocator::SampleLocator(ChunkSource& source, DatasetPtr dataset)
+    : source_(source), dataset_(std::move(dataset)) {
+  const auto& m = dataset_->manifest;
+  if (m.format() == v1::RECORDS && m.record_bytes() > 0) record_bytes_ = m.record_bytes();
+  first_id_.push_back(0);
+  for (const auto& s : m.shards()) first_id_.push_back(first_id_.back() + s.sample_count());
+  indexes_.resize(m.shards_size());
+}
+
+Result<std::shared_ptr<const SampleLocator::ShardIndex>> SampleLocator::IndexOf(uint32_t shard) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (indexes_[shard]) return indexes_[shard];
+  }
+  // Loaded outside the lock: two loaders racing on one shard both parse it, one copy wins.
+  SC_ASSIGN_OR_RETURN(std::string bytes, source_.GetSampleIndex(dataset_, shard));
+  SC_ASSIGN_OR_RETURN(v1::SampleIndex idx,
+                      dataset::ParseSampleIndex(bytes, dataset_->manifest, shard,
+                                                "sample index of shard " + std::to_string(shard) +
+                                                    " of '" + dataset_->name + "'"));
+  auto si = std::make_shared<ShardIndex>();
+  si->offsets.assign(idx.offsets().begin(), idx.offsets().end());
+  si->lengths.assign(idx.lengths().begin(), idx.lengths().end());
+  const auto& sh = dataset_->manifest.shards(shard);
+  if (si->offsets.size() != sh.sample_count() || si->lengths.size() != sh.sample_count()) {
+    return DataLoss("sample index of shard " + std::to_string(shard) + " of '" + dataset_->name +
+                    "' lists " + std::to_string(si->offsets.size()) + " samples, manifest says " +
+                    std::to_string(sh.sample_count()));
+  }
+  for (size_t i = 0; i < si->offsets.size(); ++i) {
+    if (si->offsets[i] > sh.size_bytes() || si->lengths[i] > sh.size_bytes() - si->offsets[i]) {
+      return DataLoss("sample " + std::to_string(i) + " of shard " + std::to_string(shard) +
+                      " of '" + dataset_->name + "' lies outside the shard");
+    }
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (!indexes_[shard]) indexes_[shard] = std::move(si);
+  return indexes_[shard];
+}
+
+Result<SampleLocator::Extent> SampleLocator::Locate(uint64_t sample_id) {
+  if (sample_id >= total_samples()) {
+    return OutOfRange("sample " + std::to_string(sample_id) + " is past the end of '" +
+                      dataset_->name + "' (" + std::to_string(total_samples()) + " samples)");
+  }
+  const auto it = std::upper_bound(first_id_.begin(), first_id_.end(), sample_id);
+  const uint32_t shard = static_cast<uint32_t>(it - first_id_.begin() - 1);
+  const uint64_t local = sample_id - first_id_[shard];
+  if (record_bytes_ > 0) return Extent{shard, local * record_bytes_, record_bytes_};
+  SC_ASSIGN_OR_RETURN(auto idx, IndexOf(shard));
+  return Extent{shard, idx->offsets[local], idx->lengths[local]};
+}
+
+BatchAssembler::BatchAssembler(ChunkSource& source, BatchAssemblerOptions options)
+    : source_(source), options_(options) {
+  const uint32_t n = std::max<uint32_t>(1, options_.read_threads);
+  for (uint32_t i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+BatchAssembler::~BatchAssembler() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void BatchAssembler::Submit(std::function<void()> task, bool demand) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    (demand ? demand_ : warm_).push_back(std::move(task));
+  }
+  work_.notify_one();
+}
+
+void BatchAssembler::WorkerLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      work_.wait(l, [&] { return stop_ || !demand_.empty() || !warm_.empty(); });
+      // Drain queued work before stopping so no Assemble() waits forever.
+      if (!demand_.empty()) {
+        task = std::move(demand_.front());
+        demand_.pop_front();
+      } else if (!warm_.empty()) {
+        task = std::move(warm_.front());
+        warm_.pop_front();
+      } else {
+        return;
+      }
+    }
+    task();
+  }
+}
+
+bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stop_ || warm_inflight_ >= options_.max_warm_inflight) return false;
+    ++warm_inflight_;
+  }
+  Submit(
+      [this, dataset, shard, chunk] {
+        ReadOptions ro;
+        ro.priority = FetchPriority::kPrefetch;
+        ro.deadline = std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(options_.read_timeout_ms);
+        auto c = source_.ReadChunk(dataset, shard, chunk, ro);
+        if (c.ok()) WarmReadCounter()->Add();
+        // A failed warm-up is not an error: the demand read will retry and report it.
+        std::lock_guard<std::mutex> l(mu_);
+        --warm_inflight_;
+      },
+      /*demand=*/false);
+  return true;
+}
+
+uint32_t BatchAssembler::warm_inflight() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return warm_inflight_;
+}
+
+Status BatchAssembler::Assemble(SampleLocator& locator, std::span<const uint64_t> ids,
+                                uint8_t* dest, uint64_t dest_bytes, AssembledBatch* out) {
+  const DatasetPtr& ds = locator.dataset();
+  const uint64_t chunk_bytes = ds->manifest.chunk_bytes();
+  out->sample_ids.assign(ids.begin(), ids.end());
+  out->offsets.resize(ids.size());
+  out->lengths.resize(ids.size());
+  std::vector<SampleLocator::Extent> ext(ids.size());
+  uint64_t pos = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    SC_ASSIGN_OR_RETURN(ext[i], locator.Locate(ids[i]));
+    out->offsets[i] = pos;
+    out->lengths[i] = ext[i].length;
+    pos += ext[i].length;
+  }
+  out->payload_bytes = pos;
+  if (pos > dest_bytes) {
+    return ResourceExhausted("batch of " + std::to_string(ids.size()) + " samples of '" +
+                             ds->name + "' needs " + std::to_string(pos) +
+                             " bytes but an arena slot holds " + std::to_string(dest_bytes) +
+                             "; use a smaller batch or larger slots (fewer slots or a bigger arena)");
+  }
+  // Which samples overlap each chunk: (shard, chunk) → sample positions in the batch.
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<uint32_t>> users;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ext[i].length == 0) continue;
+    const uint64_t c0 = ext[i].offset / chunk_bytes;
+    const uint64_t c1 = (ext[i].offset + ext[i].length - 1) / chunk_bytes;
+    for (uint64_t c = c0; c <= c1; ++c) users[{ext[i].shard, c}].push_back(static_cast<uint32_t>(i));
+  }
+  // Contiguous runs of chunks within a shard become one ReadChunks call each.
+  struct Run {
+    uint32_t shard;
+    uint64_t first;
+    uint64_t count;
+  };
+  std::vector<Run> runs;
+  for (const auto& [key, _] : users) {
+    if (!runs.empty() && runs.back().shard == key.first &&
+        runs.back().first + runs.back().count == key.second) {
+      ++runs.back().count;
+    } else {
+      runs.push_back({key.first, key.second, 1});
+    }
+  }
+  out->chunks_read = users.size();
+
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  size_t pending = runs.size();
+  Status first_error;
+  ReadOptions ro;
+  ro.priority = FetchPriority::kDemand;
+  ro.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.read_timeout_ms);
+
+  for (const Run& run : runs) {
+    Submit(
+        [&, run] {
+          Status s = source_.ReadChunks(
+              ds, run.shard, run.first, run.count, ro,
+              [&](uint64_t chunk_index, const ChunkPtr& chunk) -> Status {
+                auto it = users.find({run.shard, chunk_index});
+                if (it == users.end()) return Status::Ok();
+                const uint64_t cstart = chunk_index * chunk_bytes;
+                const uint64_t cend = cstart + chunk->bytes.size();
+                for (uint32_t i : it->second) {
+                  const uint64_t s0 = std::max(ext[i].offset, cstart);
+                  const uint64_t s1 = std::min(ext[i].offset + ext[i].length, cend);
+                  if (s0 >= s1) continue;
+                  std::memcpy(dest + out->offsets[i] + (s0 - ext[i].offset),
+                              chunk->bytes.data() + (s0 - cstart), s1 - s0);
+                }
+                ChunksReadCounter()->Add();
+                return Status::Ok();
+              });
+          std::lock_guard<std::mutex> l(done_mu);
+          if (!s.ok() && first_error.ok()) first_error = s;
+          if (--pending == 0) done_cv.notify_all();
+        },
+        /*demand=*/true);
+  }
+  std::unique_lock<std::mutex> l(done_mu);
+  done_cv.wait(l, [&] { return pending == 0; });
+  return first_error;
+}
+
+}  // namespace shardcache::serve

@@ -1,0 +1,123 @@
+// Batch assembly: turns a list of global sample ids into one contiguous payload inside an arena
+// slot, reading every chunk that covers those samples through a ChunkSource.
+//
+//   SampleLocator  — global sample id → (shard, byte offset, length). Records datasets need no
+//                    I/O; other formats load each shard's sample index once, on first use,
+//                    through ChunkSource::GetSampleIndex, and keep it (16 bytes per sample).
+//   BatchAssembler — collects the distinct chunks a batch needs, reads contiguous runs of them
+//                    in parallel on a small pool of reader threads (a cold chunk can take a
+//                    network round trip), and copies each chunk's overlap with each sample
+//                    straight into the slot as the chunk arrives. Every payload byte is copied
+//                    exactly once; no chunk is read twice for one batch. Samples are laid out
+//                    back to back in batch order, so a records batch is a dense
+//                    [B, record_bytes] block.
+//   It also runs fire-and-forget warm reads (prefetch priority) for the prefetcher, at most
+//   `max_warm_inflight` at a time, each chunk at most once per Warm call site's bookkeeping.
+//
+// Thread safety: SampleLocator and BatchAssembler are safe for concurrent use. Assemble()
+// blocks the caller until the batch is complete or failed.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/source/chunk_source.h"
+
+namespace shardcache::serve {
+
+class SampleLocator {
+ public:
+  struct Extent {
+    uint32_t shard = 0;
+    uint64_t offset = 0;  // in the shard file
+    uint64_t length = 0;
+  };
+
+  SampleLocator(ChunkSource& source, DatasetPtr dataset);
+
+  const DatasetPtr& dataset() const { return dataset_; }
+  uint64_t total_samples() const { return first_id_.back(); }
+  // > 0 when every sample is a fixed-size record.
+  uint64_t record_bytes() const { return record_bytes_; }
+  // OutOfRange for ids past the dataset; errors from loading a sample index otherwise (naming
+  // the shard).
+  Result<Extent> Locate(uint64_t sample_id);
+
+ private:
+  struct ShardIndex {
+    std::vector<uint64_t> offsets;
+    std::vector<uint64_t> lengths;
+  };
+  Result<std::shared_ptr<const ShardIndex>> IndexOf(uint32_t shard);
+
+  ChunkSource& source_;
+  const DatasetPtr dataset_;
+  uint64_t record_bytes_ = 0;
+  std::vector<uint64_t> first_id_;  // first_id_[s] = first global id of shard s; back() = N
+
+  std::mutex mu_;
+  std::vector<std::shared_ptr<const ShardIndex>> indexes_;  // GUARDED_BY(mu_)
+};
+
+struct AssembledBatch {
+  std::vector<uint64_t> sample_ids;
+  std::vector<uint64_t> offsets;  // relative to the payload start
+  std::vector<uint64_t> lengths;
+  uint64_t payload_bytes = 0;
+  uint64_t chunks_read = 0;
+};
+
+struct BatchAssemblerOptions {
+  // Threads that read chunks for batches and warm-ups. Default: 16 (cold reads wait on the
+  // network, not the CPU).
+  uint32_t read_threads = 16;
+  // Warm reads in flight at once, over all loaders. Default: 32.
+  uint32_t max_warm_inflight = 32;
+  // Deadline of one batch's reads. Default: 120 s.
+  uint32_t read_timeout_ms = 120000;
+};
+
+class BatchAssembler {
+ public:
+  BatchAssembler(ChunkSource& source, BatchAssemblerOptions options = {});
+  ~BatchAssembler();  // waits for reads in flight
+  BatchAssembler(const BatchAssembler&) = delete;
+  BatchAssembler& operator=(const BatchAssembler&) = delete;
+
+  ChunkSource& source() { return source_; }
+
+  // Assembles `ids` into [dest, dest + dest_bytes). ResourceExhausted (naming the sizes) when
+  // the payload does not fit; the source's error when a chunk cannot be read.
+  Status Assemble(SampleLocator& locator, std::span<const uint64_t> ids, uint8_t* dest,
+                  uint64_t dest_bytes, AssembledBatch* out);
+
+  // Queues a prefetch-priority read of one chunk whose result is dropped (it warms the cache
+  // tiers below). Returns false without queueing when max_warm_inflight reads are in flight.
+  bool TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk);
+  uint32_t warm_inflight() const;
+
+ private:
+  void Submit(std::function<void()> task, bool demand);
+  void WorkerLoop();
+
+  ChunkSource& source_;
+  const BatchAssemblerOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_;
+  std::deque<std::function<void()>> demand_;  // GUARDED_BY(mu_); served before warm_
+  std::deque<std::function<void()>> warm_;    // GUARDED_BY(mu_)
+  uint32_t warm_inflight_ = 0;                // GUARDED_BY(mu_)
+  bool stop_ = false;                         // GUARDED_BY(mu_)
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace shardcache::serve

@@ -1,0 +1,564 @@
+#include "daemon/serve/local_service.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "daemon/serve/arena.h"
+#include "shardcache/local.pb.h"
+
+namespace shardcache::serve {
+namespace {
+
+metrics::Counter* RefusedCounter() {
+  static auto* c = metrics::Registry::Global().GetCounter(
+      "shardcache_serve_refused_connections_total",
+      "Local connections refused (peer credentials not allowed, or too many connections)");
+  return c;
+}
+metrics::Gauge* ConnectionsGauge() {
+  static auto* g = metrics::Registry::Global().GetGauge("shardcache_serve_connections",
+                                                        "Trainer connections to the local service");
+  return g;
+}
+
+// Reads exactly n bytes; false on EOF or error (errno set, 0 for a clean EOF).
+bool ReadFull(int fd, void* buf, size_t n) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t r = ::read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (r == 0) errno = 0;
+      return false;
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Sends one framed message, with `pass_fd` attached (SCM_RIGHTS) when >= 0.
+Status SendFrame(int fd, const std::string& body, int pass_fd) {
+  std::string frame(4, '\0');
+  const uint32_t len = static_cast<uint32_t>(body.size());
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  frame += body;
+  size_t off = 0;
+  bool fd_sent = pass_fd < 0;
+  while (off < frame.size()) {
+    iovec iov{frame.data() + off, frame.size() - off};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    if (!fd_sent) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+    }
+    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return ErrnoStatus(errno, "sending a local-service response");
+    fd_sent = true;
+    off += static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+Status SendResponse(int fd, const v1::LocalResponse& r, int pass_fd = -1) {
+  std::string body;
+  r.SerializeToString(&body);
+  return SendFrame(fd, body, pass_fd);
+}
+
+void SetError(v1::LocalResponse* r, const Status& s) {
+  r->Clear();
+  r->set_code(static_cast<uint32_t>(s.code()));
+  r->set_message(s.message());
+}
+
+}  // namespace
+
+struct LocalService::Connection {
+  UniqueFd fd;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::thread thread;
+  std::atomic<bool> done{false};
+
+  mutable std::mutex mu;  // guards arena (set once) and loaders for readers on other threads
+  std::unique_ptr<Arena> arena;
+  std::map<uint64_t, std::unique_ptr<LoaderPipeline>> loaders;
+};
+
+LocalService::LocalService(ChunkSource& source, LocalServiceOptions options)
+    : source_(source), options_(std::move(options)), assembler_(source, options_.assembler) {}
+
+LocalService::~LocalService() { Stop(); }
+
+bool LocalService::PeerAllowed(uid_t uid, gid_t gid) const {
+  if (options_.allowed_uids.empty() && options_.allowed_gids.empty()) {
+    return uid == 0 || uid == geteuid();
+  }
+  return std::find(options_.allowed_uids.begin(), options_.allowed_uids.end(), uid) !=
+             options_.allowed_uids.end() ||
+         std::find(options_.allowed_gids.begin(), options_.allowed_gids.end(), gid) !=
+             options_.allowed_gids.end();
+}
+
+Status LocalService::Start() {
+  if (started_) return FailedPrecondition("local service already started");
+  const std::string& path = options_.socket_path;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return InvalidArgument("socket path '" + path + "' is empty or longer than " +
+                           std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) SC_RETURN_IF_ERROR(MakeDirs(path.substr(0, slash)));
+
+  struct stat st{};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return FailedPrecondition("'" + path + "' exists and is not a socket; not removing it");
+    }
+    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      return FailedPrecondition("another process is serving '" + path + "'");
+    }
+    spdlog::info("removing stale socket {}", path);
+    if (::unlink(path.c_str()) != 0) return ErrnoStatus(errno, "removing stale socket " + path);
+  }
+  listen_fd_.Reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!listen_fd_.valid()) return ErrnoStatus(errno, "socket(AF_UNIX)");
+  if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return ErrnoStatus(errno, "bind " + path);
+  }
+  if (::chmod(path.c_str(), options_.socket_mode) != 0) return ErrnoStatus(errno, "chmod " + path);
+  if (::listen(listen_fd_.get(), 128) != 0) return ErrnoStatus(errno, "listen " + path);
+  stop_event_.Reset(::eventfd(0, EFD_CLOEXEC));
+  if (!stop_event_.valid()) return ErrnoStatus(errno, "eventfd");
+  started_ = true;
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  spdlog::info("local service listening on {} (arena {} bytes in {} slots per client)", path,
+               options_.arena_bytes, options_.slot_count);
+  return Status::Ok();
+}
+
+void LocalService::Stop() {
+  if (!started_) return;
+  started_ = false;
+  uint64_t one = 1;
+  (void)!::write(stop_event_.get(), &one, sizeof(one));
+  accept_thread_.join();
+  std::list<std::unique_ptr<Connection>> conns;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+    for (auto& c : connections_) {
+      ::shutdown(c->fd.get(), SHUT_RDWR);
+      std::lock_guard<std::mutex> cl(c->mu);
+      for (auto& [id, loader] : c->loaders) loader->Cancel();  // wakes a waiting NextBatch
+    }
+    conns.swap(connections_);
+  }
+  for (auto& c : conns) c->thread.join();
+  conns.clear();
+  ConnectionsGauge()->Set(0);
+  listen_fd_.Reset();
+  ::unlink(options_.socket_path.c_str());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = false;
+  }
+}
+
+void LocalService::ReapFinished() {
+  std::list<std::unique_ptr<Connection>> finished;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if ((*it)->done.load()) {
+        finished.push_back(std::move(*it));
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    ConnectionsGauge()->Set(static_cast<double>(connections_.size()));
+  }
+  for (auto& c : finished) c->thread.join();
+}
+
+void LocalService::AcceptLoop() {
+  for (;;) {
+    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_event_.get(), POLLIN, 0}};
+    // Wake now and then to join the threads of clients that went away.
+    int r = ::poll(fds, 2, 200);
+    ReapFinished();
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      spdlog::error("local service poll failed: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents) return;
+    if (!(fds[0].revents & POLLIN)) continue;
+    UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) {
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "local service accept failed: {}", std::strerror(errno));
+      continue;
+    }
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "SO_PEERCRED failed: {}", std::strerror(errno));
+      continue;
+    }
+    v1::LocalResponse refusal;
+    if (!PeerAllowed(cred.uid, cred.gid)) {
+      RefusedCounter()->Add();
+      SC_LOG_RATE_LIMITED(spdlog::level::warn,
+                          "refusing local connection from pid {} uid {} gid {}: not in allowed uids/gids",
+                          cred.pid, cred.uid, cred.gid);
+      SetError(&refusal, PermissionDenied("uid " + std::to_string(cred.uid) + " gid " +
+                                          std::to_string(cred.gid) +
+                                          " is not allowed to use this shardcached"));
+      (void)SendResponse(fd.get(), refusal);
+      continue;  // closes fd
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    if (connections_.size() >= options_.max_connections) {
+      RefusedCounter()->Add();
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "refusing local connection from pid {}: {} connections open",
+                          cred.pid, connections_.size());
+      SetError(&refusal, ResourceExhausted("too many local connections (" +
+                                           std::to_string(connections_.size()) + ")"));
+      (void)SendResponse(fd.get(), refusal);
+      continue;
+    }
+    auto c = std::make_unique<Connection>();
+    c->fd = std::move(fd);
+    c->pid = cred.pid;
+    c->uid = cred.uid;
+    c->gid = cred.gid;
+    Connection* raw = c.get();
+    connections_.push_back(std::move(c));
+    ConnectionsGauge()->Set(static_cast<double>(connections_.size()));
+    raw->thread = std::thread([this, raw] { Serve(raw); });
+  }
+}
+
+Result<std::shared_ptr<SampleLocator>> LocalService::LocatorFor(const DatasetPtr& dataset) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& w = locators_[dataset->version];
+  if (auto p = w.lock()) return p;
+  auto p = std::make_shared<SampleLocator>(source_, dataset);
+  w = p;
+  return p;
+}
+
+Result<std::shared_ptr<const plan::EpochPlan>> LocalService::PlanFor(const DatasetPtr& dataset,
+                                                                     const plan::PlanOptions& o) {
+  const std::string key = dataset->version + "/" + std::to_string(o.seed) + "/" +
+                          std::to_string(o.epoch) + "/" + plan::ShuffleModeName(o.mode) + "/" +
+                          std::to_string(o.world_size) + "/" + std::to_string(o.batch_size) + "/" +
+                          (o.drop_last ? "1" : "0") + "/" + std::to_string(o.block_window_shards);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto it = plans_.begin(); it != plans_.end();) {
+      it = it->second.expired() ? plans_.erase(it) : std::next(it);
+    }
+    if (auto it = plans_.find(key); it != plans_.end()) {
+      if (auto p = it->second.lock()) return p;
+    }
+  }
+  // Built outside the lock: a plan of millions of samples takes a moment.
+  SC_ASSIGN_OR_RETURN(auto p, plan::EpochPlan::Make(plan::LayoutOf(*dataset), o));
+  std::lock_guard<std::mutex> l(mu_);
+  if (auto it = plans_.find(key); it != plans_.end()) {
+    if (auto existing = it->second.lock()) return existing;
+  }
+  plans_[key] = p;
+  return p;
+}
+
+void LocalService::Serve(Connection* c) {
+  const int fd = c->fd.get();
+  const std::string who = "pid " + std::to_string(c->pid) + " uid " + std::to_string(c->uid);
+  spdlog::debug("local client connected: {}", who);
+  v1::LocalRequest req;
+  v1::LocalResponse resp;
+  std::string buf;
+  for (;;) {
+    uint8_t hdr[4];
+    if (!ReadFull(fd, hdr, 4)) {
+      if (errno != 0 && errno != ECONNRESET) {
+        spdlog::warn("local client {}: read failed: {}", who, std::strerror(errno));
+      }
+      break;
+    }
+    const uint32_t len = uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 |
+                         uint32_t{hdr[3]} << 24;
+    if (len > kMaxLocalMessageBytes) {
+      SC_LOG_RATE_LIMITED(spdlog::level::warn,
+                          "local client {} sent a {}-byte frame (limit {}); closing the connection",
+                          who, len, kMaxLocalMessageBytes);
+      break;
+    }
+    buf.resize(len);
+    if (len > 0 && !ReadFull(fd, buf.data(), len)) break;
+    if (!req.ParseFromString(buf)) {
+      SC_LOG_RATE_LIMITED(spdlog::level::warn,
+                          "local client {} sent a malformed {}-byte request; closing the connection",
+                          who, len);
+      break;
+    }
+    resp.Clear();
+    int pass_fd = -1;
+    Status s;
+    switch (req.body_case()) {
+      case v1::LocalRequest::kHello: {
+        if (req.hello().protocol_version() != kLocalProtocolVersion) {
+          s = FailedPrecondition("client speaks local protocol " +
+                                 std::to_string(req.hello().protocol_version()) +
+                                 ", daemon speaks " + std::to_string(kLocalProtocolVersion));
+          break;
+        }
+        std::lock_guard<std::mutex> l(c->mu);
+        if (c->arena) {
+          s = FailedPrecondition("Hello sent twice on one connection");
+          break;
+        }
+        auto arena = Arena::Create(options_.arena_bytes, options_.slot_count);
+        if (!arena.ok()) {
+          s = arena.status();
+          break;
+        }
+        c->arena = std::move(*arena);
+        auto* h = resp.mutable_hello();
+        h->set_protocol_version(kLocalProtocolVersion);
+        h->set_arena_bytes(c->arena->arena_bytes());
+        h->set_slot_count(c->arena->slot_count());
+        h->set_slot_bytes(c->arena->slot_bytes());
+        pass_fd = c->arena->fd();
+        break;
+      }
+      case v1::LocalRequest::kOpenLoader: {
+        const auto& o = req.open_loader();
+        if (!c->arena) {
+          s = FailedPrecondition("OpenLoader before Hello");
+          break;
+        }
+        if (o.batch_size() == 0 || o.world_size() == 0 || o.rank() >= o.world_size()) {
+          s = InvalidArgument("loader needs batch_size >= 1 and rank < world_size (got batch_size " +
+                              std::to_string(o.batch_size()) + ", rank " + std::to_string(o.rank()) +
+                              ", world_size " + std::to_string(o.world_size()) + ")");
+          break;
+        }
+        if (o.shuffle() > v1::SHUFFLE_BLOCK) {
+          s = InvalidArgument("unknown shuffle mode " + std::to_string(o.shuffle()));
+          break;
+        }
+        auto ds = source_.OpenDataset(o.dataset());
+        if (!ds.ok()) {
+          s = ds.status();
+          break;
+        }
+        const auto& m = (*ds)->manifest;
+        const uint64_t record_bytes = m.format() == v1::RECORDS ? m.record_bytes() : 0;
+        if (record_bytes > 0 && record_bytes * o.batch_size() > c->arena->slot_bytes()) {
+          s = ResourceExhausted("a batch of " + std::to_string(o.batch_size()) + " records of " +
+                                std::to_string(record_bytes) + " bytes does not fit a " +
+                                std::to_string(c->arena->slot_bytes()) + "-byte arena slot");
+          break;
+        }
+        plan::PlanOptions po;
+        po.seed = o.seed();
+        po.epoch = o.epoch();
+        po.mode = static_cast<plan::ShuffleMode>(o.shuffle());
+        po.world_size = o.world_size();
+        po.batch_size = o.batch_size();
+        po.drop_last = o.drop_last();
+        po.block_window_shards = o.block_window_shards();
+        auto p = PlanFor(*ds, po);
+        if (!p.ok()) {
+          s = p.status();
+          break;
+        }
+        auto loc = LocatorFor(*ds);
+        if (!loc.ok()) {
+          s = loc.status();
+          break;
+        }
+        LoaderPipelineOptions lo;
+        lo.batch_size = o.batch_size();
+        lo.rank = o.rank();
+        lo.prefetch_batches = options_.prefetch_batches;
+        lo.lookahead_bytes = options_.prefetch_lookahead_bytes;
+        lo.observer = options_.observer;
+        const uint64_t id = next_loader_id_++;
+        auto pipe = std::make_unique<LoaderPipeline>(id, *c->arena, assembler_, *loc, *p, lo,
+                                                     o.samples_consumed());
+        auto* r = resp.mutable_open_loader();
+        r->set_loader_id(id);
+        r->set_version((*ds)->version);
+        r->set_samples_per_epoch(pipe->samples_per_epoch());
+        r->set_record_bytes(record_bytes);
+        r->set_dataset_samples(m.total_samples());
+        std::lock_guard<std::mutex> l(c->mu);
+        c->loaders[id] = std::move(pipe);
+        break;
+      }
+      case v1::LocalRequest::kNextBatch: {
+        auto it = c->loaders.find(req.next_batch().loader_id());
+        if (it == c->loaders.end()) {
+          s = NotFound("no open loader " + std::to_string(req.next_batch().loader_id()));
+          break;
+        }
+        const uint32_t timeout_ms =
+            req.next_batch().timeout_ms() ? req.next_batch().timeout_ms() : options_.next_timeout_ms;
+        auto d = it->second->Next(std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms));
+        if (!d.ok()) {
+          s = d.status();
+          break;
+        }
+        auto* r = resp.mutable_next_batch();
+        r->set_end_of_epoch(d->end_of_epoch);
+        if (!d->end_of_epoch) {
+          r->set_slot(d->slot);
+          r->set_offset(c->arena->SlotOffset(d->slot));
+          r->set_payload_bytes(d->batch.payload_bytes);
+          *r->mutable_sample_offsets() = {d->batch.offsets.begin(), d->batch.offsets.end()};
+          *r->mutable_sample_lengths() = {d->batch.lengths.begin(), d->batch.lengths.end()};
+          *r->mutable_sample_ids() = {d->batch.sample_ids.begin(), d->batch.sample_ids.end()};
+          r->set_batch_seq(d->seq);
+          r->set_record_bytes(it->second->record_bytes());
+          r->set_wait_us(d->wait_us);
+        }
+        break;
+      }
+      case v1::LocalRequest::kReleaseBatch: {
+        if (!c->arena) {
+          s = FailedPrecondition("ReleaseBatch before Hello");
+          break;
+        }
+        s = c->arena->Release(req.release_batch().slot(), req.release_batch().loader_id());
+        break;
+      }
+      case v1::LocalRequest::kLoaderState: {
+        auto it = c->loaders.find(req.loader_state().loader_id());
+        if (it == c->loaders.end()) {
+          s = NotFound("no open loader " + std::to_string(req.loader_state().loader_id()));
+          break;
+        }
+        resp.mutable_loader_state()->set_epoch(it->second->plan().options().epoch);
+        resp.mutable_loader_state()->set_samples_consumed(it->second->samples_consumed());
+        break;
+      }
+      case v1::LocalRequest::kCloseLoader: {
+        std::unique_ptr<LoaderPipeline> doomed;
+        {
+          std::lock_guard<std::mutex> l(c->mu);
+          auto it = c->loaders.find(req.close_loader().loader_id());
+          if (it == c->loaders.end()) {
+            s = NotFound("no open loader " + std::to_string(req.close_loader().loader_id()));
+            break;
+          }
+          doomed = std::move(it->second);
+          c->loaders.erase(it);
+        }
+        doomed.reset();  // joins its thread and frees its slots
+        resp.mutable_close_loader();
+        break;
+      }
+      case v1::LocalRequest::kStats:
+        resp.mutable_stats()->set_json(StatsJson());
+        break;
+      default:
+        SC_LOG_RATE_LIMITED(spdlog::level::warn, "local client {} sent an unknown request; closing", who);
+        goto disconnect;
+    }
+    if (!s.ok()) SetError(&resp, s);
+    if (!SendResponse(fd, resp, pass_fd).ok()) break;
+  }
+disconnect:
+  // Loaders first (their threads write into the arena), then the arena itself.
+  std::map<uint64_t, std::unique_ptr<LoaderPipeline>> loaders;
+  std::unique_ptr<Arena> arena;
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    loaders.swap(c->loaders);
+  }
+  loaders.clear();
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    arena = std::move(c->arena);
+  }
+  arena.reset();
+  c->fd.Reset();
+  spdlog::debug("local client disconnected: {}", who);
+  c->done.store(true);
+}
+
+size_t LocalService::connection_count() const {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t n = 0;
+  for (const auto& c : connections_) n += !c->done.load();
+  return n;
+}
+
+size_t LocalService::loader_count() const {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t n = 0;
+  for (const auto& c : connections_) {
+    std::lock_guard<std::mutex> cl(c->mu);
+    n += c->loaders.size();
+  }
+  return n;
+}
+
+uint32_t LocalService::slots_in_use() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t n = 0;
+  for (const auto& c : connections_) {
+    std::lock_guard<std::mutex> cl(c->mu);
+    if (c->arena) n += c->arena->slot_count() - c->arena->FreeSlots();
+  }
+  return n;
+}
+
+std::string LocalService::StatsJson() const {
+  auto& reg = metrics::Registry::Global();
+  auto num = [&](const char* name) { return std::to_string(static_cast<uint64_t>(std::max(0.0, reg.ValueOf(name)))); };
+  return std::string("{\"connections\":") + std::to_string(connection_count()) +
+         ",\"loaders\":" + std::to_string(loader_count()) +
+         ",\"slots_in_use\":" + std::to_string(slots_in_use()) +
+         ",\"batches\":" + num("shardcache_serve_batches_total") +
+         ",\"bytes\":" + num("shardcache_serve_bytes_total") +
+         ",\"stall_us\":" + num("shardcache_serve_stall_microseconds_total") +
+         ",\"chunk_reads\":" + num("shardcache_serve_chunk_reads_total") +
+         ",\"warm_reads\":" + num("shardcache_serve_warm_reads_total") +
+         ",\"refused\":" + num("shardcache_serve_refused_connections_total") + "}";
+}
+
+}  // namespace shardcache::serve

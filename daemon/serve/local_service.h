@@ -1,0 +1,134 @@
+// LocalService: the trainer-facing service of a node daemon, on a Unix socket.
+//
+// Protocol (proto/shardcache/local.proto): uint32 little-endian length + LocalRequest, one
+// LocalResponse per request, in order. A length above kMaxLocalMessageBytes, a malformed
+// message or an unknown request closes the connection with a log line.
+//
+// Access: on accept, the peer's credentials (SO_PEERCRED) are checked against the allowed uids
+// and gids BEFORE anything else happens; a refused peer gets one LocalResponse with code
+// PermissionDenied and the connection is closed — no file descriptor is ever sent to it.
+//
+// Data plane: Hello creates the connection's Arena (a sealed memfd, see arena.h) and sends its
+// descriptor with SCM_RIGHTS. Each OpenLoader starts a LoaderPipeline (prefetcher.h) that
+// assembles batches, in the order of the loader's EpochPlan (daemon/plan), into free slots.
+// When the client disconnects — cleanly, or by crashing (EOF / ECONNRESET) — its loaders are
+// closed, its slots freed and its arena unmapped and closed; the kernel frees the memory when
+// the client's own mapping goes. Nothing is created in /dev/shm.
+//
+// Threads: one accept thread, one thread per connection (blocking reads; a node serves at most a
+// few dozen trainers, and per-connection threads keep a slow or stuck client from delaying
+// others without an event loop), one thread per open loader (prefetcher.h), and the
+// BatchAssembler's reader pool shared by all loaders.
+//
+// Sharing: loaders with equal plan parameters (dataset version, seed, epoch, mode, world size,
+// batch size, drop_last, window) share one EpochPlan, and loaders of one dataset version share
+// one SampleLocator. Chunk reads go to the ChunkSource, whose cache tier single-flights them, so
+// the ranks of one job on one node fetch each chunk once.
+//
+// Thread safety: Start() and Stop() from one controlling thread; the rest is internal.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/fs.h"
+#include "common/status.h"
+#include "daemon/plan/epoch_plan.h"
+#include "daemon/serve/batch_assembler.h"
+#include "daemon/serve/prefetcher.h"
+#include "daemon/source/chunk_source.h"
+
+namespace shardcache::serve {
+
+constexpr uint32_t kLocalProtocolVersion = 1;
+// Largest request or response frame. A NextBatchResponse of 100k samples is ~3 MiB.
+constexpr uint32_t kMaxLocalMessageBytes = 16u << 20;
+
+struct LocalServiceOptions {
+  // Unix socket path; its directory is created. A stale socket (nobody accepting) is removed;
+  // a live one is an error. Default: /run/shardcache/shardcached.sock.
+  std::string socket_path = "/run/shardcache/shardcached.sock";
+  // Permission bits of the socket file. Access control is SO_PEERCRED below, so the socket is
+  // connectable by anyone by default and refused peers get a clear PermissionDenied.
+  // Default: 0666.
+  uint32_t socket_mode = 0666;
+  // Peers allowed to connect: a peer whose uid is in allowed_uids or whose primary gid is in
+  // allowed_gids. When both are empty: root and the daemon's own effective uid.
+  std::vector<uint32_t> allowed_uids;
+  std::vector<uint32_t> allowed_gids;
+  // Shared-memory arena per client connection, split into slot_count equal slots; one batch
+  // fits in one slot. Default: 512 MiB in 16 slots (32 MiB per batch).
+  uint64_t arena_bytes = 512ull << 20;
+  uint32_t slot_count = 16;
+  // Per loader: batches assembled ahead (default 2) and chunk bytes warmed ahead of those
+  // (default 256 MiB; 0 = none, e.g. when there is no cache tier to warm).
+  uint32_t prefetch_batches = 2;
+  uint64_t prefetch_lookahead_bytes = 256ull << 20;
+  // How long NextBatch waits for data when the client gives no timeout. Default: 120 s.
+  uint32_t next_timeout_ms = 120000;
+  // Connections beyond this are refused with ResourceExhausted. Default: 256.
+  uint32_t max_connections = 256;
+  BatchAssemblerOptions assembler;
+  // Receives every loader's future chunk order (the cache's clairvoyant policy). Optional.
+  AccessOrderObserver observer;
+};
+
+class LocalService {
+ public:
+  LocalService(ChunkSource& source, LocalServiceOptions options);
+  ~LocalService();  // Stop()
+  LocalService(const LocalService&) = delete;
+  LocalService& operator=(const LocalService&) = delete;
+
+  // Creates the socket directory, removes a stale socket, binds, listens and starts accepting.
+  // FailedPrecondition when another process serves the path or it is not a socket;
+  // InvalidArgument for a path too long for sockaddr_un.
+  Status Start();
+  // Stops accepting, disconnects every client (closing their loaders) and removes the socket.
+  void Stop();
+
+  const LocalServiceOptions& options() const { return options_; }
+  // Live connections / open loaders / arena slots in use, over all clients.
+  size_t connection_count() const;
+  size_t loader_count() const;
+  uint32_t slots_in_use() const;
+  // One JSON object with the figures above and the serve counters.
+  std::string StatsJson() const;
+
+ private:
+  struct Connection;
+  void AcceptLoop();
+  void Serve(Connection* c);
+  bool PeerAllowed(uid_t uid, gid_t gid) const;
+  Result<std::shared_ptr<SampleLocator>> LocatorFor(const DatasetPtr& dataset);
+  Result<std::shared_ptr<const plan::EpochPlan>> PlanFor(const DatasetPtr& dataset,
+                                                         const plan::PlanOptions& o);
+  void ReapFinished();
+
+  ChunkSource& source_;
+  const LocalServiceOptions options_;
+  BatchAssembler assembler_;
+  std::atomic<uint64_t> next_loader_id_{1};
+
+  UniqueFd listen_fd_;
+  UniqueFd stop_event_;  // eventfd that wakes the accept loop
+  std::thread accept_thread_;
+  bool started_ = false;
+
+  mutable std::mutex mu_;
+  std::list<std::unique_ptr<Connection>> connections_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;                               // GUARDED_BY(mu_)
+  std::map<std::string, std::weak_ptr<SampleLocator>> locators_;       // GUARDED_BY(mu_)
+  std::map<std::string, std::weak_ptr<const plan::EpochPlan>> plans_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace shardcache::serve

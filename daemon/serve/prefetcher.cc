@@ -1,0 +1,236 @@
+#include "daemon/serve/prefetcher.h"
+
+#include <algorithm>
+
+#include "common/metrics.h"
+
+namespace shardcache::serve {
+namespace {
+
+// Samples of future order reported to the observer at a time; re-reported when half is used.
+constexpr uint64_t kObserverHorizonSamples = 1 << 16;
+// How long the pipeline thread sleeps before re-checking for stop when nothing is to do.
+constexpr auto kIdlePoll = std::chrono::milliseconds(50);
+
+uint64_t ChunkKey(uint32_t shard, uint64_t chunk) { return (uint64_t{shard} << 40) ^ chunk; }
+
+metrics::Histogram* NextWaitHistogram() {
+  static auto* h = metrics::Registry::Global().GetHistogram(
+      "shardcache_serve_next_wait_seconds", "Time NextBatch waited for its batch's data",
+      metrics::LatencyBuckets());
+  return h;
+}
+metrics::Counter* StallCounter() {
+  static auto* c = metrics::Registry::Global().GetCounter(
+      "shardcache_serve_stall_microseconds_total",
+      "Time trainers waited in NextBatch for data, summed over loaders");
+  return c;
+}
+metrics::Counter* BatchCounter() {
+  static auto* c = metrics::Registry::Global().GetCounter("shardcache_serve_batches_total",
+                                                          "Batches delivered to trainers");
+  return c;
+}
+metrics::Counter* ByteCounter() {
+  static auto* c = metrics::Registry::Global().GetCounter(
+      "shardcache_serve_bytes_total", "Sample bytes delivered to trainers through shared memory");
+  return c;
+}
+
+}  // namespace
+
+LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assembler,
+                               std::shared_ptr<SampleLocator> locator,
+                               std::shared_ptr<const plan::EpochPlan> plan,
+                               LoaderPipelineOptions options, uint64_t start_index)
+    : id_(id),
+      arena_(arena),
+      assembler_(assembler),
+      locator_(std::move(locator)),
+      plan_(std::move(plan)),
+      options_(std::move(options)),
+      total_(plan_->samples_per_rank(options_.rank)) {
+  assemble_index_ = consumed_ = warm_index_ = std::min(start_index, total_);
+  thread_ = std::thread([this] { Run(); });
+}
+
+void LoaderPipeline::Cancel() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  arena_.NotifyAll();
+}
+
+LoaderPipeline::~LoaderPipeline() {
+  Cancel();
+  thread_.join();
+  arena_.ReleaseAll(id_);
+}
+
+uint64_t LoaderPipeline::samples_consumed() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return consumed_;
+}
+
+void LoaderPipeline::Run() {
+  uint64_t observed_until = 0;
+  for (;;) {
+    std::optional<uint32_t> slot;
+    uint64_t first = 0, count = 0;
+    bool want_slot = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stop_) return;
+      if (error_.ok() && assemble_index_ < total_ && ready_.size() < options_.prefetch_batches) {
+        want_slot = true;
+        slot = arena_.TryAcquire(id_);
+        if (slot) {
+          assembling_ = true;
+          first = assemble_index_;
+          count = std::min<uint64_t>(options_.batch_size, total_ - assemble_index_);
+        }
+      }
+    }
+    if (options_.observer && first + kObserverHorizonSamples / 2 >= observed_until &&
+        observed_until < total_) {
+      // Report the next horizon of chunk accesses in order, each chunk once.
+      const uint64_t from = std::max(first, observed_until == 0 ? first : observed_until);
+      const uint64_t to = std::min(total_, from + kObserverHorizonSamples);
+      std::vector<ChunkAccess> upcoming;
+      uint64_t last_key = UINT64_MAX;
+      const uint64_t cb = locator_->dataset()->manifest.chunk_bytes();
+      for (uint64_t i = from; i < to; ++i) {
+        auto e = locator_->Locate(plan_->SampleAt(options_.rank, i));
+        if (!e.ok() || e->length == 0) continue;
+        for (uint64_t c = e->offset / cb; c <= (e->offset + e->length - 1) / cb; ++c) {
+          if (ChunkKey(e->shard, c) == last_key) continue;
+          last_key = ChunkKey(e->shard, c);
+          upcoming.push_back({e->shard, c});
+        }
+      }
+      options_.observer(locator_->dataset(), id_, upcoming);
+      observed_until = to;
+    }
+    if (slot) {
+      AssembleInto(*slot, first, count);
+      continue;
+    }
+    if (Warm()) continue;
+    if (want_slot) {
+      arena_.WaitForFree(std::chrono::steady_clock::now() + kIdlePoll);
+    } else {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait_for(l, kIdlePoll, [&] {
+        return stop_ || (error_.ok() && assemble_index_ < total_ &&
+                         ready_.size() < options_.prefetch_batches);
+      });
+    }
+  }
+}
+
+void LoaderPipeline::AssembleInto(uint32_t slot, uint64_t first, uint64_t count) {
+  std::vector<uint64_t> ids(count);
+  for (uint64_t i = 0; i < count; ++i) ids[i] = plan_->SampleAt(options_.rank, first + i);
+  Delivered d;
+  Status s = assembler_.Assemble(*locator_, ids, arena_.SlotData(slot), arena_.slot_bytes(), &d.batch);
+  std::lock_guard<std::mutex> l(mu_);
+  assembling_ = false;
+  if (!s.ok()) {
+    // Nothing advanced: the same batch is assembled again after Next() reported the error.
+    (void)arena_.Release(slot, id_);
+    error_ = s;
+  } else {
+    d.slot = slot;
+    d.seq = next_seq_++;
+    ready_.push_back(std::move(d));
+    assemble_index_ = first + count;
+  }
+  cv_.notify_all();
+}
+
+bool LoaderPipeline::Warm() {
+  if (options_.lookahead_bytes == 0) return false;
+  uint64_t base;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    base = assemble_index_;
+  }
+  while (!warmed_.empty() && warmed_.front().index < base) {
+    warmed_bytes_ -= warmed_.front().bytes;
+    warmed_keys_.erase(ChunkKey(warmed_.front().shard, warmed_.front().chunk));
+    warmed_.pop_front();
+  }
+  // Samples already inside batches being assembled or queued were read by the assembler.
+  warm_index_ = std::max(warm_index_, base + uint64_t{options_.batch_size} * options_.prefetch_batches);
+  const auto& m = locator_->dataset()->manifest;
+  const uint64_t cb = m.chunk_bytes();
+  bool progress = false;
+  while (warm_index_ < total_ && warmed_bytes_ + cb <= options_.lookahead_bytes) {
+    auto e = locator_->Locate(plan_->SampleAt(options_.rank, warm_index_));
+    if (!e.ok()) return progress;  // the demand path reports it
+    if (e->length > 0) {
+      for (uint64_t c = e->offset / cb; c <= (e->offset + e->length - 1) / cb; ++c) {
+        const uint64_t key = ChunkKey(e->shard, c);
+        if (warmed_keys_.count(key)) continue;
+        if (!assembler_.TryWarm(locator_->dataset(), e->shard, c)) return progress;  // pool busy
+        const uint64_t bytes = dataset::ChunkLength(m, e->shard, c);
+        warmed_.push_back({warm_index_, e->shard, c, bytes});
+        warmed_keys_.insert(key);
+        warmed_bytes_ += bytes;
+        progress = true;
+      }
+    }
+    ++warm_index_;
+  }
+  return progress;
+}
+
+Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock::time_point deadline) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    if (stop_) return Cancelled("loader " + std::to_string(id_) + " was closed");
+    if (!ready_.empty()) {
+      Delivered d = std::move(ready_.front());
+      ready_.pop_front();
+      arena_.MarkDelivered(d.slot);
+      consumed_ += d.batch.sample_ids.size();
+      d.wait_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                            std::chrono::steady_clock::now() - t0)
+                                            .count());
+      l.unlock();
+      cv_.notify_all();
+      NextWaitHistogram()->Observe(d.wait_us / 1e6);
+      StallCounter()->Add(d.wait_us);
+      BatchCounter()->Add();
+      ByteCounter()->Add(d.batch.payload_bytes);
+      return d;
+    }
+    if (!error_.ok()) {
+      Status s = error_;
+      error_ = Status::Ok();
+      cv_.notify_all();
+      return s;
+    }
+    if (consumed_ >= total_) {
+      Delivered d;
+      d.end_of_epoch = true;
+      return d;
+    }
+    if (!assembling_ && arena_.FreeSlots() == 0) {
+      return ResourceExhausted(
+          "all " + std::to_string(arena_.slot_count()) + " arena slots are in use (" +
+          std::to_string(arena_.DeliveredSlots()) +
+          " held by this client's unreleased batches); release a batch before asking for the next");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return DeadlineExceeded("next batch of loader " + std::to_string(id_) + " not ready in time");
+    }
+    // Bounded waits: a slot freed elsewhere wakes the arena's waiters, not this cv.
+    cv_.wait_until(l, std::min(deadline, std::chrono::steady_clock::now() + kIdlePoll));
+  }
+}
+
+}  // namespace shardcache::serve

@@ -1,0 +1,135 @@
+// LoaderPipeline (the prefetcher): one open loader's walk along its epoch plan.
+//
+// A background thread per loader keeps the loader ahead of its trainer:
+//   1. it assembles the next `prefetch_batches` batches into free arena slots, in plan order,
+//      so NextBatch returns at once when the data is there;
+//   2. beyond those, it issues prefetch-priority warm reads of the chunks the loader will need
+//      next, within `lookahead_bytes` of chunk data, so the cache tiers below (single-flight,
+//      shared by every loader on the node) fetch ahead of demand;
+//   3. it reports the chunks it is about to read, in order, to an optional AccessOrderObserver
+//      (the cache's clairvoyant eviction policy).
+// The plan decides the order; timing never changes which samples a batch holds.
+//
+// Thread-per-loader is deliberate: a node serves at most a few dozen trainers with a few
+// loaders each, the threads mostly wait, and a blocking loop is easier to get right than a
+// state machine. Chunk reads themselves run on the shared BatchAssembler pool.
+//
+// Thread safety: Next(), samples_consumed() and the destructor may be called from the
+// connection thread while the pipeline thread runs; state is guarded by mu_.
+// Lock order: LoaderPipeline::mu_ before Arena::mu_.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "common/status.h"
+#include "daemon/plan/epoch_plan.h"
+#include "daemon/serve/arena.h"
+#include "daemon/serve/batch_assembler.h"
+
+namespace shardcache::serve {
+
+// One future chunk access, for an eviction policy that knows the future.
+struct ChunkAccess {
+  uint32_t shard = 0;
+  uint64_t chunk = 0;
+};
+// Called with the next chunks a loader will read, in order (distance 0 = soonest). Must be cheap
+// and thread-safe; called from pipeline threads.
+using AccessOrderObserver =
+    std::function<void(const DatasetPtr& dataset, uint64_t loader_id, const std::vector<ChunkAccess>& upcoming)>;
+
+struct LoaderPipelineOptions {
+  uint32_t batch_size = 1;
+  uint32_t rank = 0;
+  // Batches assembled ahead into free slots. Default: 2.
+  uint32_t prefetch_batches = 2;
+  // Chunk bytes warmed ahead of the assembled batches. 0 = no warm reads. Default: 256 MiB.
+  uint64_t lookahead_bytes = 256ull << 20;
+  AccessOrderObserver observer;  // optional
+};
+
+class LoaderPipeline {
+ public:
+  struct Delivered {
+    bool end_of_epoch = false;
+    uint32_t slot = 0;
+    uint64_t seq = 0;
+    uint64_t wait_us = 0;
+    AssembledBatch batch;
+  };
+
+  // Starts the pipeline thread at rank sample index `start_index` (a resume point).
+  LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assembler,
+                 std::shared_ptr<SampleLocator> locator, std::shared_ptr<const plan::EpochPlan> plan,
+                 LoaderPipelineOptions options, uint64_t start_index);
+  // Stops the thread (waiting for a batch being assembled) and frees every slot of this loader,
+  // delivered or not.
+  ~LoaderPipeline();
+  LoaderPipeline(const LoaderPipeline&) = delete;
+  LoaderPipeline& operator=(const LoaderPipeline&) = delete;
+
+  // The next batch in plan order, its slot marked delivered; end_of_epoch once every sample of
+  // this rank was delivered. ResourceExhausted at once when every arena slot is held and none by
+  // this loader (the client must release batches first: waiting could never succeed);
+  // DeadlineExceeded when the data is not ready by `deadline` (the batch stays queued); a read
+  // error is returned once, and the batch is retried on the next call.
+  Result<Delivered> Next(std::chrono::steady_clock::time_point deadline);
+
+  // Stops the pipeline thread and makes a waiting or later Next() return Cancelled.
+  void Cancel();
+
+  uint64_t id() const { return id_; }
+  uint64_t record_bytes() const { return locator_->record_bytes(); }
+  uint64_t samples_consumed() const;
+  uint64_t samples_per_epoch() const { return total_; }
+  const plan::EpochPlan& plan() const { return *plan_; }
+
+ private:
+  void Run();
+  // Assembles the batch starting at assemble_index_ into `slot`. Called without mu_.
+  void AssembleInto(uint32_t slot, uint64_t first, uint64_t count);
+  // Issues warm reads; true when it made progress.
+  bool Warm();
+
+  const uint64_t id_;
+  Arena& arena_;
+  BatchAssembler& assembler_;
+  const std::shared_ptr<SampleLocator> locator_;
+  const std::shared_ptr<const plan::EpochPlan> plan_;
+  const LoaderPipelineOptions options_;
+  const uint64_t total_;  // samples of this rank in the epoch
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;              // GUARDED_BY(mu_)
+  bool assembling_ = false;        // GUARDED_BY(mu_)
+  uint64_t assemble_index_ = 0;    // GUARDED_BY(mu_): next rank index to assemble
+  uint64_t consumed_ = 0;          // GUARDED_BY(mu_): rank index after the last delivered batch
+  uint64_t next_seq_ = 0;          // GUARDED_BY(mu_)
+  Status error_;                   // GUARDED_BY(mu_)
+  std::deque<Delivered> ready_;    // GUARDED_BY(mu_)
+
+  // Warm-read bookkeeping, used by the pipeline thread only.
+  struct Warmed {
+    uint64_t index;  // rank index of the sample that needed it
+    uint32_t shard;
+    uint64_t chunk;
+    uint64_t bytes;
+  };
+  uint64_t warm_index_ = 0;
+  std::deque<Warmed> warmed_;
+  std::unordered_set<uint64_t> warmed_keys_;
+  uint64_t warmed_bytes_ = 0;
+
+  std::thread thread_;
+};
+
+}  // namespace shardcache::serve
