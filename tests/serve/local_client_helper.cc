@@ -1,0 +1,51 @@
+// A trainer stand-in for the local-service tests, run as a separate process so that tests can
+// SIGKILL it mid-batch or run it as another uid.
+//
+//   local_client_helper SOCKET DATASET BATCH_SIZE HOLD_BATCHES MARKER
+// Connects, opens a global-shuffle loader, takes HOLD_BATCHES batches without releasing them,
+// touches every byte, writes MARKER, then sleeps until killed. Exit codes: the StatusCode of a
+// failure (e.g. 7 = PermissionDenied), printed as text on stdout.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "shardcache/client.h"
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s SOCKET DATASET BATCH_SIZE HOLD_BATCHES MARKER\n", argv[0]);
+    return 2;
+  }
+  auto client = shardcache::Client::Connect(argv[1]);
+  if (!client.ok()) {
+    std::printf("%s\n", client.status().ToString().c_str());
+    return static_cast<int>(client.status().code());
+  }
+  shardcache::LoaderOptions o;
+  o.dataset = argv[2];
+  o.batch_size = static_cast<uint32_t>(std::atoi(argv[3]));
+  o.shuffle = shardcache::Shuffle::kGlobal;
+  o.seed = static_cast<uint64_t>(getpid());
+  auto loader = (*client)->OpenLoader(o);
+  if (!loader.ok()) {
+    std::printf("%s\n", loader.status().ToString().c_str());
+    return static_cast<int>(loader.status().code());
+  }
+  std::vector<shardcache::Batch> held;
+  uint64_t sum = 0;
+  for (int i = 0; i < std::atoi(argv[4]); ++i) {
+    auto b = (*loader)->Next();
+    if (!b.ok()) {
+      std::printf("%s\n", b.status().ToString().c_str());
+      return static_cast<int>(b.status().code());
+    }
+    for (uint64_t k = 0; k < b->payload_bytes(); ++k) sum += b->data()[k];
+    held.push_back(std::move(*b));
+  }
+  std::ofstream(argv[5]) << "ready " << sum << "\n";
+  for (;;) pause();
+}

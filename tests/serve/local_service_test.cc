@@ -1,0 +1,598 @@
+// The local service end to end: a real Unix socket, real memfd arenas, a FileSource over
+// datasets written by tests/testing, and the real client library (in process and in child
+// processes).
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "common/fs.h"
+#include "daemon/serve/local_service.h"
+#include "daemon/upstream/file_source.h"
+#include "shardcache/c_api.h"
+#include "shardcache/client.h"
+#include "testing/datasets.h"
+#include "testing/process.h"
+#include "testing/temp_dir.h"
+
+using namespace shardcache;
+using shardcache::testing::TempDir;
+
+namespace {
+
+// Reads every sample of a dataset straight from its files, by global id.
+class ExpectedSamples {
+ public:
+  ExpectedSamples(const std::string& dir, const dataset::Dataset& d) {
+    for (int s = 0; s < d.manifest.shards_size(); ++s) {
+      auto bytes = ReadFileToString(dir + "/" + d.manifest.shards(s).path());
+      REQUIRE(bytes.ok());
+      auto idx = dataset::LoadSampleIndex(dir, d.manifest, s);
+      REQUIRE(idx.ok());
+      for (int i = 0; i < idx->offsets_size(); ++i) {
+        samples_.push_back(bytes->substr(idx->offsets(i), idx->lengths(i)));
+      }
+    }
+  }
+  const std::string& operator[](uint64_t id) const { return samples_.at(id); }
+  size_t size() const { return samples_.size(); }
+
+ private:
+  std::vector<std::string> samples_;
+};
+
+// A source that answers after a random delay, to show that timing never changes a plan.
+class JitterSource final : public ChunkSource {
+ public:
+  JitterSource(ChunkSource& inner, uint32_t seed) : inner_(inner), rng_(seed) {}
+  Result<std::vector<v1::DatasetSummary>> ListDatasets() override { return inner_.ListDatasets(); }
+  Result<DatasetPtr> OpenDataset(const std::string& n) override { return inner_.OpenDataset(n); }
+  Result<std::string> GetSampleIndex(const DatasetPtr& d, uint32_t s) override {
+    return inner_.GetSampleIndex(d, s);
+  }
+  Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
+                    const ReadOptions& o, const ChunkSink& sink) override {
+    uint32_t us;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      us = rng_() % 3000;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+    reads_++;
+    return inner_.ReadChunks(d, shard, first, count, o, sink);
+  }
+  std::atomic<uint64_t> reads_{0};
+
+ private:
+  ChunkSource& inner_;
+  std::mutex mu_;
+  std::mt19937 rng_;
+};
+
+struct Fixture {
+  TempDir tmp;
+  std::string root = tmp.path() + "/data";
+  std::string socket = tmp.path() + "/run/sc.sock";
+  std::unique_ptr<upstream::FileSource> files;
+  dataset::DatasetPtr records;
+  dataset::DatasetPtr tars;
+
+  Fixture() {
+    REQUIRE(MakeDirs(root).ok());
+    // 4 shards x 250 records of 1000 bytes in 64 KiB chunks: records straddle chunk edges.
+    auto r = testing::MakeRecordsDataset(root, "rec", 4, 250, 1000, 64 * 1024);
+    REQUIRE(r.ok());
+    records = *r;
+    auto t = testing::MakeTarDataset(root, "tars", 3, 40, 500, 9000, 64 * 1024);
+    REQUIRE(t.ok());
+    tars = *t;
+    auto f = upstream::FileSource::Open(root);
+    REQUIRE(f.ok());
+    files = std::move(*f);
+  }
+
+  serve::LocalServiceOptions Options() const {
+    serve::LocalServiceOptions o;
+    o.socket_path = socket;
+    o.arena_bytes = 4 << 20;
+    o.slot_count = 8;
+    o.prefetch_lookahead_bytes = 512 << 10;
+    o.assembler.read_threads = 4;
+    return o;
+  }
+};
+
+struct EpochRead {
+  std::vector<std::vector<uint64_t>> batches;  // sample ids per batch
+  std::vector<uint64_t> all;
+};
+
+// Reads a whole epoch through the C++ client, checking every sample's bytes.
+EpochRead ReadEpoch(Client& client, const LoaderOptions& o, const ExpectedSamples& expected,
+                    uint64_t max_batches = UINT64_MAX) {
+  auto loader = client.OpenLoader(o);
+  REQUIRE(loader.ok());
+  EpochRead out;
+  uint64_t n = 0;
+  while (n++ < max_batches) {
+    auto b = (*loader)->Next();
+    if (!b.ok()) {
+      REQUIRE(b.status().code() == StatusCode::kOutOfRange);
+      break;
+    }
+    std::vector<uint64_t> ids;
+    uint64_t pos = 0;
+    for (size_t i = 0; i < b->size(); ++i) {
+      const auto v = b->sample(i);
+      const std::string got(reinterpret_cast<const char*>(v.data), v.size);
+      REQUIRE(got == expected[b->sample_id(i)]);
+      REQUIRE(v.data == b->data() + pos);  // back to back in batch order
+      pos += v.size;
+      ids.push_back(b->sample_id(i));
+      out.all.push_back(b->sample_id(i));
+    }
+    REQUIRE(pos == b->payload_bytes());
+    if ((*loader)->record_bytes() > 0) REQUIRE(b->record_bytes() == (*loader)->record_bytes());
+    out.batches.push_back(std::move(ids));
+  }
+  return out;
+}
+
+int CountFds() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+std::set<std::string> DevShm() {
+  std::set<std::string> names;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) names.insert(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+template <typename Pred>
+bool Eventually(Pred p, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (p()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return p();
+}
+
+}  // namespace
+
+TEST_CASE("batches are byte-exact and every sample comes once per epoch across ranks",
+          "[serve][integration]") {
+  Fixture f;
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  for (auto* ds : {&f.records, &f.tars}) {
+    const std::string name = (*ds)->name;
+    ExpectedSamples expected(f.root + "/" + name, **ds);
+    for (auto mode : {Shuffle::kNone, Shuffle::kGlobal, Shuffle::kBlock}) {
+      for (uint32_t world : {1u, 3u}) {
+        CAPTURE(name, static_cast<int>(mode), world);
+        std::vector<int> seen(expected.size(), 0);
+        // One client per rank, as trainers would.
+        for (uint32_t rank = 0; rank < world; ++rank) {
+          auto c = Client::Connect(f.socket);
+          REQUIRE(c.ok());
+          LoaderOptions o;
+          o.dataset = name;
+          o.batch_size = 16;
+          o.seed = 7;
+          o.epoch = 1;
+          o.shuffle = mode;
+          o.rank = rank;
+          o.world_size = world;
+          auto e = ReadEpoch(**c, o, expected);
+          for (uint64_t id : e.all) seen[id]++;
+          for (size_t b = 0; b + 1 < e.batches.size(); ++b) REQUIRE(e.batches[b].size() == 16);
+        }
+        REQUIRE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+      }
+    }
+  }
+}
+
+TEST_CASE("the same plan is served whether the cache is cold or warm and whatever the timing",
+          "[serve][integration]") {
+  Fixture f;
+  ExpectedSamples expected(f.root + "/rec", *f.records);
+  LoaderOptions o;
+  o.dataset = "rec";
+  o.batch_size = 10;
+  o.seed = 3;
+  o.shuffle = Shuffle::kGlobal;
+  o.world_size = 2;
+  o.rank = 1;
+  o.drop_last = true;
+  std::vector<std::vector<std::vector<uint64_t>>> runs;
+  // Direct and jittery sources, with no prefetch and deep prefetch: the same batches each time.
+  for (int variant = 0; variant < 3; ++variant) {
+    JitterSource jitter(*f.files, 100 + variant);
+    auto opts = f.Options();
+    opts.prefetch_batches = variant == 0 ? 1 : 6;
+    opts.prefetch_lookahead_bytes = variant == 2 ? 0 : 1 << 20;
+    serve::LocalService svc(variant == 0 ? static_cast<ChunkSource&>(*f.files) : jitter, opts);
+    REQUIRE(svc.Start().ok());
+    auto c = Client::Connect(f.socket);
+    REQUIRE(c.ok());
+    // Twice per service: the second epoch finds everything read before.
+    for (int pass = 0; pass < 2; ++pass) runs.push_back(ReadEpoch(**c, o, expected).batches);
+  }
+  REQUIRE(runs[0].size() == 1000 / 2 / 10);
+  for (const auto& r : runs) REQUIRE(r == runs[0]);
+}
+
+TEST_CASE("resuming mid-epoch from the loader state yields exactly the remaining order",
+          "[serve][integration]") {
+  Fixture f;
+  ExpectedSamples expected(f.root + "/tars", *f.tars);
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  for (auto mode : {Shuffle::kGlobal, Shuffle::kBlock}) {
+    LoaderOptions o;
+    o.dataset = "tars";
+    o.batch_size = 7;
+    o.seed = 11;
+    o.epoch = 5;
+    o.shuffle = mode;
+    o.world_size = 2;
+    auto c = Client::Connect(f.socket);
+    REQUIRE(c.ok());
+    const auto full = ReadEpoch(**c, o, expected).all;
+
+    LoaderState state;
+    std::vector<uint64_t> first_part;
+    {
+      // A trainer that stops after 5 batches (with prefetched batches in flight) ...
+      auto c1 = Client::Connect(f.socket);
+      REQUIRE(c1.ok());
+      auto loader = (*c1)->OpenLoader(o);
+      REQUIRE(loader.ok());
+      for (int i = 0; i < 5; ++i) {
+        auto b = (*loader)->Next();
+        REQUIRE(b.ok());
+        first_part.insert(first_part.end(), b->sample_ids().begin(), b->sample_ids().end());
+      }
+      state = (*loader)->state();
+      auto daemon_state = (*loader)->QueryState();
+      REQUIRE(daemon_state.ok());
+      REQUIRE(daemon_state->samples_consumed == state.samples_consumed);
+      REQUIRE(state.samples_consumed == 35);
+    }
+    // ... and a new process resuming from its state.
+    auto c2 = Client::Connect(f.socket);
+    REQUIRE(c2.ok());
+    auto o2 = o;
+    o2.samples_consumed = state.samples_consumed;
+    auto rest = ReadEpoch(**c2, o2, expected).all;
+    first_part.insert(first_part.end(), rest.begin(), rest.end());
+    REQUIRE(first_part == full);
+  }
+}
+
+TEST_CASE("a client holding every slot gets ResourceExhausted instead of a hang",
+          "[serve][integration]") {
+  Fixture f;
+  auto opts = f.Options();
+  opts.slot_count = 4;
+  serve::LocalService svc(*f.files, opts);
+  REQUIRE(svc.Start().ok());
+  auto c = Client::Connect(f.socket);
+  REQUIRE(c.ok());
+  LoaderOptions o;
+  o.dataset = "rec";
+  o.batch_size = 8;
+  auto loader = (*c)->OpenLoader(o);
+  REQUIRE(loader.ok());
+  std::vector<Batch> held;
+  for (int i = 0; i < 4; ++i) {
+    auto b = (*loader)->Next();
+    REQUIRE(b.ok());
+    held.push_back(std::move(*b));
+  }
+  auto b = (*loader)->Next();
+  REQUIRE(b.status().code() == StatusCode::kResourceExhausted);
+  REQUIRE(b.status().message().find("release") != std::string::npos);
+  // Releasing one makes the next call succeed, in order.
+  const uint64_t last = held.back().sample_id(7);
+  held.erase(held.begin());
+  auto b2 = (*loader)->Next();
+  REQUIRE(b2.ok());
+  REQUIRE(b2->sample_id(0) == last + 1);
+}
+
+TEST_CASE("a batch too large for a slot is refused with a clear error", "[serve][integration]") {
+  Fixture f;
+  serve::LocalService svc(*f.files, f.Options());  // 512 KiB slots
+  REQUIRE(svc.Start().ok());
+  auto c = Client::Connect(f.socket);
+  REQUIRE(c.ok());
+  LoaderOptions o;
+  o.dataset = "rec";
+  o.batch_size = 1000;  // 1 MB of records
+  auto loader = (*c)->OpenLoader(o);
+  REQUIRE(loader.status().code() == StatusCode::kResourceExhausted);
+  REQUIRE(loader.status().message().find("slot") != std::string::npos);
+  o.dataset = "missing";
+  o.batch_size = 4;
+  REQUIRE((*c)->OpenLoader(o).status().code() == StatusCode::kNotFound);
+  o.dataset = "rec";
+  o.rank = 2;
+  o.world_size = 2;
+  REQUIRE((*c)->OpenLoader(o).status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("loaders, batches and clients may be destroyed in any order", "[serve][integration]") {
+  Fixture f;
+  ExpectedSamples expected(f.root + "/rec", *f.records);
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  std::optional<Batch> kept;
+  {
+    auto c = Client::Connect(f.socket);
+    REQUIRE(c.ok());
+    LoaderOptions o;
+    o.dataset = "rec";
+    o.batch_size = 5;
+    auto loader = (*c)->OpenLoader(o);
+    REQUIRE(loader.ok());
+    auto b = (*loader)->Next();
+    REQUIRE(b.ok());
+    kept.emplace(std::move(*b));
+  }  // loader and client gone; the batch keeps the connection and the daemon's loader open
+  REQUIRE(svc.loader_count() == 1);
+  for (size_t i = 0; i < kept->size(); ++i) {
+    const auto v = kept->sample(i);
+    REQUIRE(std::string(reinterpret_cast<const char*>(v.data), v.size) == expected[kept->sample_id(i)]);
+  }
+  kept.reset();
+  REQUIRE(Eventually([&] { return svc.connection_count() == 0 && svc.loader_count() == 0; }));
+}
+
+TEST_CASE("a client killed with SIGKILL mid-batch leaves no slot, fd or /dev/shm entry while "
+          "another client keeps being served",
+          "[serve][integration]") {
+  Fixture f;
+  ExpectedSamples expected(f.root + "/rec", *f.records);
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+
+  // The bystander: a trainer in this process reading epochs the whole time.
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> bystander_batches{0};
+  std::atomic<bool> bystander_ok{true};
+  std::thread bystander([&] {
+    auto c = Client::Connect(f.socket);
+    if (!c.ok()) { bystander_ok = false; return; }
+    LoaderOptions o;
+    o.dataset = "rec";
+    o.batch_size = 8;
+    o.shuffle = Shuffle::kGlobal;
+    for (uint64_t epoch = 0; !stop; ++epoch) {
+      o.epoch = epoch;
+      auto loader = (*c)->OpenLoader(o);
+      if (!loader.ok()) { bystander_ok = false; return; }
+      while (!stop) {
+        auto b = (*loader)->Next();
+        if (!b.ok()) {
+          if (b.status().code() != StatusCode::kOutOfRange) bystander_ok = false;
+          break;
+        }
+        for (size_t i = 0; i < b->size(); ++i) {
+          const auto v = b->sample(i);
+          if (std::string(reinterpret_cast<const char*>(v.data), v.size) != expected[b->sample_id(i)]) {
+            bystander_ok = false;
+          }
+        }
+        bystander_batches++;
+      }
+    }
+  });
+  REQUIRE(Eventually([&] { return bystander_batches > 0; }));
+  const int fds_before = CountFds();
+  const auto shm_before = DevShm();
+  const size_t conns_before = svc.connection_count();
+  const uint32_t slots_before_max = svc.slots_in_use();
+  (void)slots_before_max;
+
+  const int iterations = 10;
+  for (int i = 0; i < iterations; ++i) {
+    const std::string marker = f.tmp.path() + "/ready-" + std::to_string(i);
+    testing::Process child({testing::BinPath("local_client_helper"), f.socket, "rec", "8", "3", marker},
+                           f.tmp.path() + "/helper.log");
+    REQUIRE(testing::WaitForFile(marker));
+    REQUIRE(svc.connection_count() == conns_before + 1);
+    const uint64_t before = bystander_batches;
+    child.Kill();
+    // The dead client's connection, loader and slots go away ...
+    REQUIRE(Eventually([&] { return svc.connection_count() == conns_before; }));
+    // ... while the bystander keeps getting batches.
+    REQUIRE(Eventually([&] { return bystander_batches > before; }));
+  }
+  stop = true;
+  bystander.join();
+  REQUIRE(bystander_ok);
+  REQUIRE(Eventually([&] { return svc.connection_count() == 0; }));
+  REQUIRE(svc.slots_in_use() == 0);
+  REQUIRE(svc.loader_count() == 0);
+  // The bystander's own connection is gone too, so one fewer socket than before.
+  REQUIRE(Eventually([&] { return CountFds() <= fds_before - 1; }));
+  REQUIRE(DevShm() == shm_before);
+}
+
+TEST_CASE("100 clients killed with SIGKILL in a row leave nothing behind", "[serve][slow]") {
+  Fixture f;
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  const int fds_before = CountFds();
+  const auto shm_before = DevShm();
+  for (int i = 0; i < 100; ++i) {
+    const std::string marker = f.tmp.path() + "/ready-" + std::to_string(i);
+    testing::Process child({testing::BinPath("local_client_helper"), f.socket, "rec", "8", "4", marker},
+                           f.tmp.path() + "/helper.log");
+    REQUIRE(testing::WaitForFile(marker));
+    child.Kill();
+    REQUIRE(Eventually([&] { return svc.connection_count() == 0; }));
+  }
+  REQUIRE(svc.slots_in_use() == 0);
+  REQUIRE(Eventually([&] { return CountFds() == fds_before; }));
+  REQUIRE(DevShm() == shm_before);
+  // Still serving.
+  auto c = Client::Connect(f.socket);
+  REQUIRE(c.ok());
+}
+
+TEST_CASE("a uid that is not allowed is refused before any descriptor is passed",
+          "[serve][integration]") {
+  Fixture f;
+  SECTION("allowed uids that exclude root refuse root") {
+    auto opts = f.Options();
+    opts.allowed_uids = {4242};
+    serve::LocalService svc(*f.files, opts);
+    REQUIRE(svc.Start().ok());
+    const int fds_before = CountFds();
+    auto c = Client::Connect(f.socket);
+    REQUIRE(c.status().code() == StatusCode::kPermissionDenied);
+    REQUIRE(c.status().message().find("uid 0") != std::string::npos);
+    REQUIRE(CountFds() == fds_before);  // no arena descriptor arrived
+    REQUIRE(svc.connection_count() == 0);
+  }
+  SECTION("a child running as nobody is refused by the default policy") {
+    if (geteuid() != 0) {
+      WARN("not root: cannot switch to nobody; skipped");
+      return;
+    }
+    serve::LocalService svc(*f.files, f.Options());
+    REQUIRE(svc.Start().ok());
+    // Let nobody reach the socket so that the refusal comes from SO_PEERCRED, not the file system.
+    REQUIRE(chmod(f.tmp.path().c_str(), 0755) == 0);
+    std::string out;
+    const int rc = testing::RunCommand("setpriv --reuid=65534 --regid=65534 --clear-groups " +
+                                           testing::BinPath("local_client_helper") + " " + f.socket +
+                                           " rec 4 1 /nonexistent/marker",
+                                       &out);
+    INFO(out);
+    REQUIRE(out.find("PermissionDenied") != std::string::npos);
+    REQUIRE(out.find("uid 65534") != std::string::npos);
+    REQUIRE(rc != 0);
+    // And root still gets in.
+    REQUIRE(Client::Connect(f.socket).ok());
+  }
+}
+
+TEST_CASE("hostile frames close only the offending connection", "[serve][integration]") {
+  Fixture f;
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  auto good = Client::Connect(f.socket);
+  REQUIRE(good.ok());
+  for (std::string frame : {std::string("\xff\xff\xff\xff", 4), std::string("\x05\x00\x00\x00garbg", 9),
+                            std::string("\x02\x00\x00\x00\x50\x01", 6)}) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, f.socket.c_str());
+    REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::send(fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size()));
+    char buf[16];
+    // The daemon hangs up (read returns 0 or an error) without answering.
+    REQUIRE(::read(fd.get(), buf, sizeof(buf)) <= 0);
+  }
+  REQUIRE(Eventually([&] { return svc.connection_count() == 1; }));
+  LoaderOptions o;
+  o.dataset = "rec";
+  auto loader = (*good)->OpenLoader(o);
+  REQUIRE(loader.ok());
+  REQUIRE((*loader)->Next().ok());
+}
+
+TEST_CASE("a stale socket is replaced and a live one is not stolen", "[serve][integration]") {
+  Fixture f;
+  {
+    serve::LocalService first(*f.files, f.Options());
+    REQUIRE(first.Start().ok());
+    serve::LocalService second(*f.files, f.Options());
+    auto s = second.Start();
+    REQUIRE(s.code() == StatusCode::kFailedPrecondition);
+    REQUIRE(s.message().find("another process") != std::string::npos);
+  }
+  // A socket file left by a crashed daemon.
+  {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, f.socket.c_str());
+    REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  }
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  REQUIRE(Client::Connect(f.socket).ok());
+}
+
+TEST_CASE("the C API reads an epoch and reports errors as codes with messages",
+          "[serve][client][integration]") {
+  Fixture f;
+  ExpectedSamples expected(f.root + "/rec", *f.records);
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  sc_client* c = nullptr;
+  REQUIRE(sc_client_connect(f.socket.c_str(), &c) == SC_OK);
+  sc_loader_options o;
+  sc_loader_options_init(&o);
+  o.dataset = "rec";
+  o.batch_size = 64;
+  o.shuffle = SC_SHUFFLE_BLOCK;
+  sc_loader* l = nullptr;
+  REQUIRE(sc_loader_open(c, &o, &l) == SC_OK);
+  REQUIRE(sc_loader_record_bytes(l) == 1000);
+  uint64_t total = 0;
+  sc_batch* b = nullptr;
+  int rc;
+  while ((rc = sc_loader_next(l, &b)) == SC_OK) {
+    REQUIRE(sc_batch_record_bytes(b) == 1000);
+    REQUIRE(sc_batch_payload_bytes(b) == 1000 * sc_batch_size(b));
+    for (size_t i = 0; i < sc_batch_size(b); ++i) {
+      size_t len = 0;
+      const uint8_t* p = sc_batch_sample(b, i, &len);
+      REQUIRE(p == sc_batch_data(b) + i * 1000);
+      REQUIRE(std::string(reinterpret_cast<const char*>(p), len) == expected[sc_batch_sample_id(b, i)]);
+    }
+    total += sc_batch_size(b);
+    sc_batch_release(b);
+  }
+  REQUIRE(rc == SC_END_OF_EPOCH);
+  REQUIRE(total == 1000);
+  uint64_t epoch = 9, consumed = 0;
+  sc_loader_state(l, &epoch, &consumed);
+  REQUIRE(epoch == 0);
+  REQUIRE(consumed == 1000);
+  o.dataset = "nope";
+  sc_loader* bad = nullptr;
+  REQUIRE(sc_loader_open(c, &o, &bad) == 5);
+  REQUIRE(std::string(sc_last_error()).find("nope") != std::string::npos);
+  sc_loader_close(l);
+  sc_client_close(c);
+  REQUIRE(sc_client_connect((f.tmp.path() + "/none.sock").c_str(), &c) == 14);
+}
