@@ -1,0 +1,314 @@
+#include "daemon/serve/origin_service.h"
+
+#include <deque>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+
+namespace shardcache::serve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct OriginMetrics {
+  metrics::Counter* chunks;
+  metrics::Counter* payload_bytes;
+  metrics::Counter* wire_bytes;
+  metrics::Gauge* ratio;
+};
+
+const OriginMetrics& M() {
+  static const OriginMetrics m = [] {
+    auto& r = metrics::Registry::Global();
+    return OriginMetrics{
+        r.GetCounter("shardcache_origin_chunks_total", "Chunks sent to downstream daemons"),
+        r.GetCounter("shardcache_origin_payload_bytes_total",
+                     "Raw chunk bytes sent to downstream daemons (before zstd)"),
+        r.GetCounter("shardcache_origin_wire_bytes_total",
+                     "Chunk payload bytes as sent to downstream daemons (after zstd)"),
+        r.GetGauge("shardcache_origin_compression_ratio",
+                   "Raw over sent chunk bytes since start (1.0 = nothing saved)"),
+    };
+  }();
+  return m;
+}
+
+void CountRequest(const char* method, const grpc::Status& s) {
+  metrics::Registry::Global()
+      .GetCounter("shardcache_origin_requests_total", "Origin service calls by method and result",
+                  {{"method", method}, {"code", StatusCodeName(static_cast<StatusCode>(s.error_code()))}})
+      ->Add();
+}
+
+void CountBytes(uint64_t raw, uint64_t wire) {
+  M().chunks->Add();
+  M().payload_bytes->Add(raw);
+  M().wire_bytes->Add(wire);
+  const double w = static_cast<double>(M().wire_bytes->Value());
+  if (w > 0) M().ratio->Set(static_cast<double>(M().payload_bytes->Value()) / w);
+}
+
+Clock::time_point DeadlineOf(const grpc::CallbackServerContext& ctx, std::chrono::seconds max) {
+  const auto sys_now = std::chrono::system_clock::now();
+  const auto now = Clock::now();
+  const auto d = ctx.deadline();
+  if (d >= sys_now + max) return now + max;
+  return now + std::chrono::duration_cast<Clock::duration>(d - sys_now);
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+}
+
+OriginService::OriginService(ChunkSource& source, OriginServiceOptions options)
+    : source_(source), options_(std::move(options)), auth_(options_.token) {}
+
+OriginService::~OriginService() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return threads_ == 0; });
+}
+
+void OriginService::Spawn(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++threads_;
+  }
+  std::thread([this, fn = std::move(fn)] {
+    fn();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--threads_ == 0) cv_.notify_all();
+  }).detach();
+}
+
+grpc::ServerUnaryReactor* OriginService::ListDatasets(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListDatasetsRequest*,
+                                                      v1::ListDatasetsResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) {
+    CountRequest("ListDatasets", a);
+    reactor->Finish(a);
+    return reactor;
+  }
+  Spawn([this, reactor, resp] {
+    auto r = source_.ListDatasets();
+    grpc::Status s = ToGrpcStatus(r.status());
+    if (r.ok()) {
+      for (auto& d : *r) *resp->add_datasets() = std::move(d);
+    }
+    CountRequest("ListDatasets", s);
+    reactor->Finish(s);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* OriginService::GetManifest(grpc::CallbackServerContext* ctx,
+                                                     const v1::GetManifestRequest* req,
+                                                     v1::GetManifestResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) {
+    CountRequest("GetManifest", a);
+    reactor->Finish(a);
+    return reactor;
+  }
+  Spawn([this, reactor, req, resp] {
+    auto d = source_.OpenDataset(req->dataset());
+    grpc::Status s = ToGrpcStatus(d.status());
+    if (d.ok()) {
+      resp->set_manifest((*d)->manifest_bytes);
+      resp->set_version((*d)->version);
+    }
+    CountRequest("GetManifest", s);
+    reactor->Finish(s);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* OriginService::GetSampleIndex(grpc::CallbackServerContext* ctx,
+                                                        const v1::GetSampleIndexRequest* req,
+                                                        v1::GetSampleIndexResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) {
+    CountRequest("GetSampleIndex", a);
+    reactor->Finish(a);
+    return reactor;
+  }
+  Spawn([this, reactor, req, resp] {
+    Status st = [&]() -> Status {
+      SC_ASSIGN_OR_RETURN(DatasetPtr d, source_.OpenDataset(req->dataset()));
+      if (req->version() != d->version) {
+        return FailedPrecondition("dataset '" + d->name + "' is at version " + d->version +
+                                  ", the request names version " + req->version());
+      }
+      SC_ASSIGN_OR_RETURN(std::string bytes, source_.GetSampleIndex(d, req->shard()));
+      resp->set_sample_index(std::move(bytes));
+      return Status::Ok();
+    }();
+    grpc::Status s = ToGrpcStatus(st);
+    CountRequest("GetSampleIndex", s);
+    reactor->Finish(s);
+  });
+  return reactor;
+}
+
+// One ReadChunks call. The producer thread reads from the source and encodes; the reactor
+// writes. Shared state is guarded by mu_. Invariants: at most one write in flight
+// (writing_), Finish is called exactly once and only after the producer is done, so no
+// reactor method is used after OnDone.
+class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::ChunkMessage> {
+ public:
+  ChunkStream(OriginService* svc, grpc::CallbackServerContext* ctx, const v1::ReadChunksRequest* req)
+      : svc_(svc), req_(*req), deadline_(DeadlineOf(*ctx, svc->options_.max_call_duration)) {}
+
+  void Start() {
+    svc_->Spawn([this] { Produce(); });
+  }
+
+  // Ends the call before any producer started (e.g. authentication failed).
+  void Reject(const grpc::Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      producer_done_ = finished_ = true;
+      final_ = s;
+    }
+    Finish(s);
+  }
+
+  void OnWriteDone(bool ok) override {
+    v1::ChunkMessage* next = nullptr;
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ok) {
+        broken_ = true;
+        queue_.clear();
+      } else {
+        queue_.pop_front();
+        if (!queue_.empty()) next = queue_.front().get();
+      }
+      writing_ = next != nullptr;
+      if (!writing_ && producer_done_ && !finished_) finish = finished_ = true;
+    }
+    cv_.notify_all();
+    if (next != nullptr) StartWrite(next);
+    if (finish) DoFinish();
+  }
+
+  void OnCancel() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      broken_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  void OnDone() override {
+    CountRequest("ReadChunks", final_);
+    delete this;
+  }
+
+ private:
+  // Queues one message; waits while the queue is full. False when the client is gone.
+  bool Push(std::unique_ptr<v1::ChunkMessage> msg) {
+    v1::ChunkMessage* start = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return broken_ || queue_.size() < svc_->options_.queue_depth; });
+      if (broken_) return false;
+      queue_.push_back(std::move(msg));
+      if (!writing_) {
+        writing_ = true;
+        start = queue_.front().get();
+      }
+    }
+    if (start != nullptr) StartWrite(start);
+    return true;
+  }
+
+  void Produce() {
+    Status st = [&]() -> Status {
+      SC_ASSIGN_OR_RETURN(DatasetPtr d, svc_->source_.OpenDataset(req_.dataset()));
+      if (!req_.version().empty() && req_.version() != d->version) {
+        return FailedPrecondition("dataset '" + d->name + "' is at version " + d->version +
+                                  ", the request names version " + req_.version());
+      }
+      SC_RETURN_IF_ERROR(CheckChunkRange(d, req_.shard(), req_.first_chunk(), req_.chunk_count()));
+      ReadOptions ro;
+      ro.deadline = deadline_;
+      ro.priority = req_.priority() == v1::PREFETCH ? FetchPriority::kPrefetch : FetchPriority::kDemand;
+      upstream::ChunkEncoder encoder(svc_->options_.encoder);
+      return svc_->source_.ReadChunks(
+          d, req_.shard(), req_.first_chunk(), req_.chunk_count(), ro,
+          [&](uint64_t index, const ChunkPtr& chunk) -> Status {
+            auto msg = std::make_unique<v1::ChunkMessage>();
+            msg->set_chunk(index);
+            msg->set_hash(chunk->hash.ToBytes());
+            encoder.Encode(chunk->bytes.data(), chunk->bytes.size(), req_.accept_zstd(), msg.get());
+            CountBytes(chunk->bytes.size(), msg->payload().size());
+            if (!Push(std::move(msg))) return Cancelled("client went away");
+            return Status::Ok();
+          });
+    }();
+    if (!st.ok() && st.code() != StatusCode::kCancelled) {
+      SC_LOG_RATE_LIMITED(spdlog::level::info, "ReadChunks '{}' shard {} [{}, +{}): {}", req_.dataset(),
+                          req_.shard(), req_.first_chunk(), req_.chunk_count(), st.ToString());
+    }
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      producer_done_ = true;
+      final_ = ToGrpcStatus(st);
+      if (!writing_ && !finished_) finish = finished_ = true;
+    }
+    if (finish) DoFinish();
+  }
+
+  void DoFinish() {
+    grpc::Status s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      s = final_;
+    }
+    Finish(s);
+  }
+
+  OriginService* const svc_;
+  const v1::ReadChunksRequest req_;
+  const Clock::time_point deadline_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<v1::ChunkMessage>> queue_;  // GUARDED_BY(mu_); front is being written
+  bool writing_ = false;                                 // GUARDED_BY(mu_)
+  bool broken_ = false;                                  // GUARDED_BY(mu_), cancelled / write failed
+  bool producer_done_ = false;                           // GUARDED_BY(mu_)
+  bool finished_ = false;                                // GUARDED_BY(mu_)
+  grpc::Status final_;                                   // GUARDED_BY(mu_) until finished_
+};
+
+grpc::ServerWriteReactor<v1::ChunkMessage>* OriginService::ReadChunks(grpc::CallbackServerContext* ctx,
+                                                                      const v1::ReadChunksRequest* req) {
+  auto* stream = new ChunkStream(this, ctx, req);
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) {
+    // No producer: finish at once. OnDone counts the request and deletes the stream.
+    stream->Reject(a);
+    return stream;
+  }
+  stream->Start();
+  return stream;
+}
+
+Result<std::unique_ptr<OriginServer>> StartOriginServer(ChunkSource& source, const ServerOptions& options,
+                                                        OriginServiceOptions service_options) {
+  auto out = std::make_unique<OriginServer>();
+  service_options.token = options.token;
+  out->service = std::make_unique<OriginService>(source, std::move(service_options));
+  SC_ASSIGN_OR_RETURN(out->server, GrpcServer::Start(options, {out->service.get()}));
+  return out;
+}
+
+}  // namespace shardcache::serve

@@ -1,0 +1,125 @@
+#include "daemon/upstream/chunk_codec.h"
+
+#include <zstd.h>
+
+#include <cstring>
+
+namespace shardcache::upstream {
+
+ChunkEncoder::ChunkEncoder(ChunkEncoderOptions options)
+    : options_(options), cctx_(ZSTD_createCCtx()) {
+  ZSTD_CCtx_setParameter(static_cast<ZSTD_CCtx*>(cctx_), ZSTD_c_compressionLevel, options_.level);
+  // The decoder caps the window; never produce a frame it would refuse.
+  ZSTD_CCtx_setParameter(static_cast<ZSTD_CCtx*>(cctx_), ZSTD_c_windowLog,
+                         ChunkDecoder::kWindowLogMax < 23 ? ChunkDecoder::kWindowLogMax : 23);
+  // Frames carry their content size, so a decoder can reject a lying frame before inflating.
+  ZSTD_CCtx_setParameter(static_cast<ZSTD_CCtx*>(cctx_), ZSTD_c_contentSizeFlag, 1);
+}
+
+ChunkEncoder::~ChunkEncoder() { ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(cctx_)); }
+
+void ChunkEncoder::Encode(const uint8_t* data, size_t size, bool allow_zstd,
+                          v1::ChunkMessage* msg) {
+  msg->set_raw_bytes(size);
+  bool try_zstd = allow_zstd && size >= options_.min_bytes;
+  if (try_zstd && skip_remaining_ > 0) {
+    --skip_remaining_;
+    ++skipped_attempts_;
+    try_zstd = false;
+  }
+  if (try_zstd) {
+    // Capacity just below the break-even size: zstd fails fast with dstSize_tooSmall when the
+    // chunk does not shrink enough, so the miss costs no extra buffer.
+    const size_t limit = static_cast<size_t>(static_cast<double>(size) * options_.max_ratio);
+    std::string* out = msg->mutable_payload();
+    out->resize(limit);
+    auto* cctx = static_cast<ZSTD_CCtx*>(cctx_);
+    ZSTD_CCtx_reset(cctx, ZSTD_reset_session_only);
+    const size_t n = ZSTD_compress2(cctx, out->data(), limit, data, size);
+    if (!ZSTD_isError(n) && n < limit) {
+      out->resize(n);
+      msg->set_codec(v1::ZSTD);
+      return;
+    }
+    skip_remaining_ = options_.retry_every > 0 ? options_.retry_every - 1 : 0;
+  }
+  msg->set_codec(v1::RAW);
+  msg->mutable_payload()->assign(reinterpret_cast<const char*>(data), size);
+}
+
+ChunkDecoder::ChunkDecoder() : dctx_(ZSTD_createDCtx()) {
+  ZSTD_DCtx_setParameter(static_cast<ZSTD_DCtx*>(dctx_), ZSTD_d_windowLogMax, kWindowLogMax);
+}
+
+ChunkDecoder::~ChunkDecoder() { ZSTD_freeDCtx(static_cast<ZSTD_DCtx*>(dctx_)); }
+
+Status ChunkDecoder::Decode(const v1::ChunkMessage& msg, uint64_t expected_bytes,
+                            const std::string& where, AlignedBuffer* out) {
+  if (msg.raw_bytes() != expected_bytes) {
+    return DataLoss(where + ": message says " + std::to_string(msg.raw_bytes()) +
+                    " raw bytes, the manifest says the chunk has " +
+                    std::to_string(expected_bytes));
+  }
+  const std::string& payload = msg.payload();
+  switch (msg.codec()) {
+    case v1::RAW: {
+      if (payload.size() != expected_bytes) {
+        return DataLoss(where + ": RAW payload has " + std::to_string(payload.size()) +
+                        " bytes, expected " + std::to_string(expected_bytes));
+      }
+      *out = AlignedBuffer(expected_bytes);
+      std::memcpy(out->data(), payload.data(), payload.size());
+      return Status::Ok();
+    }
+    case v1::ZSTD: {
+      const unsigned long long declared =
+          ZSTD_getFrameContentSize(payload.data(), payload.size());
+      if (declared == ZSTD_CONTENTSIZE_ERROR) {
+        return DataLoss(where + ": payload is not a zstd frame");
+      }
+      if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != expected_bytes) {
+        return DataLoss(where + ": zstd frame declares " + std::to_string(declared) +
+                        " bytes, expected " + std::to_string(expected_bytes));
+      }
+      // One byte of slack: a frame that would write more than expected fills it and is caught.
+      AlignedBuffer buf(expected_bytes + 1);
+      auto* dctx = static_cast<ZSTD_DCtx*>(dctx_);
+      ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+      ZSTD_inBuffer in{payload.data(), payload.size(), 0};
+      ZSTD_outBuffer o{buf.data(), expected_bytes + 1, 0};
+      size_t r = 0;
+      while (true) {
+        const size_t in_before = in.pos, out_before = o.pos;
+        r = ZSTD_decompressStream(dctx, &o, &in);
+        if (ZSTD_isError(r)) {
+          return DataLoss(where + ": zstd frame rejected: " + ZSTD_getErrorName(r));
+        }
+        if (o.pos > expected_bytes) {
+          return DataLoss(where + ": zstd frame inflates beyond the expected " +
+                          std::to_string(expected_bytes) + " bytes");
+        }
+        if (r == 0) break;                                           // frame complete
+        if (in.pos == in_before && o.pos == out_before) break;       // no progress: truncated
+      }
+      if (r != 0) {
+        return DataLoss(where + ": zstd frame is truncated after " + std::to_string(o.pos) +
+                        " bytes");
+      }
+      if (in.pos != in.size) {
+        return DataLoss(where + ": " + std::to_string(in.size - in.pos) +
+                        " trailing bytes after the zstd frame");
+      }
+      if (o.pos != expected_bytes) {
+        return DataLoss(where + ": zstd frame produced " + std::to_string(o.pos) +
+                        " bytes, expected " + std::to_string(expected_bytes));
+      }
+      buf.Resize(expected_bytes);
+      *out = std::move(buf);
+      return Status::Ok();
+    }
+    default:
+      return DataLoss(where + ": unknown codec " + std::to_string(static_cast<int>(msg.codec())));
+  }
+}
+
+}  // namespace shardcache::upstream

@@ -1,0 +1,81 @@
+// Chunk codec: how a chunk's bytes travel inside one Origin ChunkMessage — RAW, or one zstd
+// frame chosen per message when it pays.
+//
+// Encoding is adaptive: every chunk is tried at zstd level 1 and sent RAW when the frame is
+// not smaller than ~97% of the input (JPEG, float noise, already-compressed data). A stream
+// of incompressible chunks would pay a failed compression attempt per chunk, so after a miss
+// the encoder sends the next `retry_every - 1` chunks RAW without trying, then tries again.
+//
+// Decoding treats the frame as untrusted: the zstd window is capped (ZSTD_d_windowLogMax), the
+// output is capped at the length the *manifest* gives for the chunk, and the frame must
+// produce exactly that many bytes — a small frame that claims gigabytes (decompression bomb)
+// is DataLoss, never an allocation.
+//
+// Thread safety: an encoder or decoder belongs to one stream at a time (not thread-safe);
+// make one per stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/fs.h"
+#include "common/status.h"
+#include "shardcache/origin.pb.h"
+
+namespace shardcache::upstream {
+
+struct ChunkEncoderOptions {
+  // zstd compression level. Level 1 is ~330 MB/s per core here (see PITFALLS.md).
+  int level = 1;
+  // Send RAW unless compressed_bytes < raw_bytes * max_ratio.
+  double max_ratio = 0.97;
+  // After an incompressible chunk, try compressing again only every this many chunks.
+  uint32_t retry_every = 16;
+  // Chunks below this size are always sent RAW (framing costs more than it saves).
+  size_t min_bytes = 512;
+};
+
+class ChunkEncoder {
+ public:
+  explicit ChunkEncoder(ChunkEncoderOptions options = {});
+  ~ChunkEncoder();
+  ChunkEncoder(const ChunkEncoder&) = delete;
+  ChunkEncoder& operator=(const ChunkEncoder&) = delete;
+
+  // Sets msg's codec, raw_bytes and payload from `data`. `allow_zstd` false (a client that
+  // does not accept zstd) always yields RAW.
+  void Encode(const uint8_t* data, size_t size, bool allow_zstd, v1::ChunkMessage* msg);
+
+  // Chunks sent without a compression attempt because of the incompressible streak (tests).
+  uint64_t skipped_attempts() const { return skipped_attempts_; }
+
+ private:
+  const ChunkEncoderOptions options_;
+  void* cctx_;                 // ZSTD_CCtx*, reused across chunks
+  uint32_t skip_remaining_ = 0;
+  uint64_t skipped_attempts_ = 0;
+};
+
+class ChunkDecoder {
+ public:
+  // Largest zstd window a frame may use: 2^27 = 128 MiB covers kMaxChunkBytes.
+  static constexpr int kWindowLogMax = 27;
+
+  ChunkDecoder();
+  ~ChunkDecoder();
+  ChunkDecoder(const ChunkDecoder&) = delete;
+  ChunkDecoder& operator=(const ChunkDecoder&) = delete;
+
+  // Decodes `msg` into `out` (allocated here, size expected_bytes). DataLoss, naming `where`,
+  // when msg.raw_bytes != expected_bytes, the codec is unknown, the frame is malformed,
+  // needs a larger window, or does not produce exactly expected_bytes.
+  Status Decode(const v1::ChunkMessage& msg, uint64_t expected_bytes, const std::string& where,
+                AlignedBuffer* out);
+
+ private:
+  void* dctx_;  // ZSTD_DCtx*
+};
+
+}  // namespace shardcache::upstream

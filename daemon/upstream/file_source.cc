@@ -1,0 +1,234 @@
+#include "daemon/upstream/file_source.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+
+#include <spdlog/spdlog.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+
+namespace shardcache::upstream {
+namespace {
+
+metrics::Counter* ChecksumFailures() {
+  static metrics::Counter* c = metrics::Registry::Global().GetCounter(
+      "shardcache_origin_checksum_failures_total",
+      "Chunks read from the origin's files whose xxh3-128 did not match the manifest");
+  return c;
+}
+
+metrics::Counter* FileReadBytes() {
+  static metrics::Counter* c = metrics::Registry::Global().GetCounter(
+      "shardcache_file_read_bytes_total", "Bytes read from dataset files by the file upstream");
+  return c;
+}
+
+std::string ProcFdPath(int fd) {
+  char buf[PATH_MAX];
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  if (n < 0) return "";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<FileSource>> FileSource::Open(const std::string& root) {
+  int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOTDIR) return FailedPrecondition("file upstream root " + root + " is not a directory");
+    return ErrnoStatus(errno, "open file upstream root " + root);
+  }
+  return std::unique_ptr<FileSource>(new FileSource(root, UniqueFd(fd)));
+}
+
+Result<UniqueFd> FileSource::OpenBeneath(const std::string& relative, int flags) const {
+  const std::string shown = root_ + "/" + relative;
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  long fd = ::syscall(SYS_openat2, root_fd_.get(), relative.c_str(), &how, sizeof how);
+  if (fd < 0 && errno == ENOSYS) {
+    // Kernels before 5.6: open, then check where the descriptor really points.
+    fd = ::openat(root_fd_.get(), relative.c_str(), flags | O_CLOEXEC);
+    if (fd >= 0) {
+      const std::string real_root = ProcFdPath(root_fd_.get());
+      const std::string real = ProcFdPath(static_cast<int>(fd));
+      if (real_root.empty() || real.compare(0, real_root.size() + 1, real_root + "/") != 0) {
+        ::close(static_cast<int>(fd));
+        errno = EXDEV;
+        fd = -1;
+      }
+    }
+  }
+  if (fd < 0) {
+    if (errno == EXDEV || errno == ELOOP) {
+      return PermissionDenied(shown + " resolves outside the upstream root " + root_ +
+                              " (symlink or '..' leaving the root)");
+    }
+    return ErrnoStatus(errno, "open " + shown);
+  }
+  return UniqueFd(static_cast<int>(fd));
+}
+
+Result<UniqueFd> FileSource::OpenShard(const dataset::Dataset& d, uint32_t shard) const {
+  const auto& s = d.manifest.shards(static_cast<int>(shard));
+  const std::string rel = d.name + "/" + s.path();
+  SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenBeneath(rel, O_RDONLY));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + root_ + "/" + rel);
+  if (!S_ISREG(st.st_mode)) {
+    return FailedPrecondition(root_ + "/" + rel + " (shard " + std::to_string(shard) +
+                              " of dataset '" + d.name + "') is not a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) != s.size_bytes()) {
+    return DataLoss(root_ + "/" + rel + " (shard " + std::to_string(shard) + " of dataset '" +
+                    d.name + "') is " + std::to_string(st.st_size) + " bytes; its manifest says " +
+                    std::to_string(s.size_bytes()) + " — re-index the dataset");
+  }
+  return fd;
+}
+
+Result<DatasetPtr> FileSource::OpenDataset(const std::string& name) {
+  SC_RETURN_IF_ERROR(CheckDatasetName(name));
+  const std::string rel = name + "/" + dataset::kMetaDirName + "/manifest.pb";
+  auto fd = OpenBeneath(rel, O_RDONLY);
+  if (!fd.ok()) {
+    if (fd.status().code() == StatusCode::kNotFound) {
+      return NotFound("dataset '" + name + "' not found under " + root_ +
+                      " (no " + rel + ")");
+    }
+    return fd.status();
+  }
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return ErrnoStatus(errno, "stat " + root_ + "/" + rel);
+  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(name);
+    if (it != cache_.end() && it->second.dev == st.st_dev && it->second.ino == st.st_ino &&
+        it->second.size == st.st_size && it->second.mtime_ns == mtime_ns) {
+      return it->second.dataset;
+    }
+  }
+  const std::string where = root_ + "/" + rel;
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  SC_RETURN_IF_ERROR(PreadFull(fd->get(), bytes.data(), bytes.size(), 0, where));
+  SC_ASSIGN_OR_RETURN(DatasetPtr d, dataset::MakeDataset(std::move(bytes), where));
+  if (d->name != name) {
+    return FailedPrecondition(where + ": manifest names the dataset '" + d->name +
+                              "' but it lives in directory '" + name +
+                              "'; re-index it or rename the directory");
+  }
+  for (int i = 0; i < d->manifest.shards_size(); ++i) {
+    SC_ASSIGN_OR_RETURN(UniqueFd shard_fd, OpenShard(*d, static_cast<uint32_t>(i)));
+    (void)shard_fd;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Cached& c = cache_[name];
+  if (c.dataset && c.dataset->version != d->version) {
+    spdlog::info("dataset '{}' changed: version {} -> {}", name, c.dataset->version, d->version);
+  }
+  c = Cached{d, st.st_dev, st.st_ino, st.st_size, mtime_ns};
+  return d;
+}
+
+Result<std::vector<v1::DatasetSummary>> FileSource::ListDatasets() {
+  int dfd = ::openat(root_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return ErrnoStatus(errno, "open " + root_);
+  DIR* dir = ::fdopendir(dfd);
+  if (dir == nullptr) {
+    ::close(dfd);
+    return ErrnoStatus(errno, "list " + root_);
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(dir)) {
+    const std::string n = e->d_name;
+    if (n.empty() || n[0] == '.') continue;
+    if (e->d_type != DT_DIR && e->d_type != DT_LNK && e->d_type != DT_UNKNOWN) continue;
+    names.push_back(n);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  std::vector<v1::DatasetSummary> out;
+  for (const auto& n : names) {
+    auto d = OpenDataset(n);
+    if (d.ok()) {
+      out.push_back(SummarizeDataset(**d));
+    } else if (d.status().code() != StatusCode::kNotFound &&
+               d.status().code() != StatusCode::kInvalidArgument) {
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "skipping dataset '{}': {}", n, d.status().ToString());
+    }
+  }
+  return out;
+}
+
+Result<std::string> FileSource::GetSampleIndex(const DatasetPtr& d, uint32_t shard) {
+  SC_RETURN_IF_ERROR(CheckDatasetName(d->name));
+  if (shard >= static_cast<uint32_t>(d->manifest.shards_size())) {
+    return InvalidArgument("dataset '" + d->name + "' has " +
+                           std::to_string(d->manifest.shards_size()) + " shards; shard " +
+                           std::to_string(shard) + " does not exist");
+  }
+  const std::string rel = d->name + "/" + dataset::kMetaDirName + "/samples/" +
+                          std::to_string(shard) + ".pb";
+  SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenBeneath(rel, O_RDONLY));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + root_ + "/" + rel);
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  SC_RETURN_IF_ERROR(PreadFull(fd.get(), bytes.data(), bytes.size(), 0, root_ + "/" + rel));
+  auto parsed = dataset::ParseSampleIndex(bytes, d->manifest, shard, root_ + "/" + rel);
+  if (!parsed.ok()) return parsed.status();
+  return bytes;
+}
+
+Status FileSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
+                              const ReadOptions& options, const ChunkSink& sink) {
+  SC_RETURN_IF_ERROR(CheckDatasetName(d->name));
+  SC_RETURN_IF_ERROR(CheckChunkRange(d, shard, first, count));
+  SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenShard(*d, shard));
+  const auto& m = d->manifest;
+  const std::string& path = m.shards(static_cast<int>(shard)).path();
+  const uint64_t begin = first * m.chunk_bytes();
+  ::posix_fadvise(fd.get(), static_cast<off_t>(begin),
+                  static_cast<off_t>(count * m.chunk_bytes()), POSIX_FADV_SEQUENTIAL);
+  for (uint64_t c = first; c < first + count; ++c) {
+    if (std::chrono::steady_clock::now() > options.deadline) {
+      return DeadlineExceeded("reading chunk " + std::to_string(c) + " of " + root_ + "/" +
+                              d->name + "/" + path + ": deadline passed");
+    }
+    const uint64_t len = dataset::ChunkLength(m, shard, c);
+    const uint64_t offset = c * m.chunk_bytes();
+    auto chunk = std::make_shared<Chunk>();
+    chunk->bytes = AlignedBuffer(len);
+    SC_RETURN_IF_ERROR(PreadFull(fd.get(), chunk->bytes.data(), len, offset,
+                                 root_ + "/" + d->name + "/" + path));
+    FileReadBytes()->Add(len);
+    chunk->hash = HashBytes(chunk->bytes.data(), len);
+    const Hash128 want = dataset::ChunkHash(m, shard, c);
+    if (chunk->hash != want) {
+      ChecksumFailures()->Add();
+      const std::string msg = root_ + "/" + d->name + "/" + path + " (dataset '" + d->name +
+                              "', shard " + std::to_string(shard) + ", chunk " + std::to_string(c) +
+                              ", offset " + std::to_string(offset) + ", " + std::to_string(len) +
+                              " bytes): xxh3-128 is " + chunk->hash.ToHex() +
+                              ", the manifest says " + want.ToHex();
+      SC_LOG_RATE_LIMITED(spdlog::level::err, "corrupt chunk: {}", msg);
+      return DataLoss(msg);
+    }
+    SC_RETURN_IF_ERROR(sink(c, chunk));
+  }
+  return Status::Ok();
+}
+
+}  // namespace shardcache::upstream

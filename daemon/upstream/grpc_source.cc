@@ -1,0 +1,631 @@
+#include "daemon/upstream/grpc_source.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "daemon/upstream/chunk_codec.h"
+#include "shardcache/origin.grpc.pb.h"
+
+namespace shardcache::upstream {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct UpstreamMetrics {
+  metrics::Counter* wire_bytes;
+  metrics::Counter* payload_bytes;
+  metrics::Counter* chunks;
+  metrics::Counter* streams;
+  metrics::Counter* retries;
+  metrics::Counter* checksum_failures;
+  metrics::Gauge* in_flight;
+  metrics::Gauge* stream_limit;
+  metrics::Gauge* goodput;
+};
+
+const UpstreamMetrics& M() {
+  static const UpstreamMetrics m = [] {
+    auto& r = metrics::Registry::Global();
+    return UpstreamMetrics{
+        r.GetCounter("shardcache_upstream_wire_bytes_total",
+                     "Chunk payload bytes received from the upstream as sent (after zstd)"),
+        r.GetCounter("shardcache_upstream_payload_bytes_total",
+                     "Verified chunk bytes fetched from the upstream (after decoding)"),
+        r.GetCounter("shardcache_upstream_chunks_total", "Chunks fetched and verified"),
+        r.GetCounter("shardcache_upstream_streams_total", "ReadChunks streams opened upstream"),
+        r.GetCounter("shardcache_upstream_retries_total", "Upstream attempts after a failure"),
+        r.GetCounter("shardcache_upstream_checksum_failures_total",
+                     "Fetched chunks that failed decoding or hash verification (refetched)"),
+        r.GetGauge("shardcache_upstream_fetches_in_flight", "Upstream streams running now"),
+        r.GetGauge("shardcache_upstream_stream_limit", "Adaptive limit of concurrent streams"),
+        r.GetGauge("shardcache_upstream_goodput_bytes_per_second",
+                   "Verified bytes per second fetched in the last measuring period"),
+    };
+  }();
+  return m;
+}
+
+// gRPC deadlines are system_clock; ours are steady_clock.
+std::chrono::system_clock::time_point ToSystem(Clock::time_point t) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(t - Clock::now());
+}
+
+Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return Status::Ok();
+  return Status(static_cast<StatusCode>(s.error_code()), s.error_message());
+}
+
+// Codes worth another attempt. DataLoss from the upstream is final: the upstream verified
+// its own copy and it is corrupt; our own mismatches are handled separately.
+bool Retryable(StatusCode c) {
+  switch (c) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kAborted:
+    case StatusCode::kInternal:
+    case StatusCode::kUnknown:
+    case StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Result<std::string> ReadPem(const std::string& value, const char* what) {
+  if (value.empty() || value.rfind("-----BEGIN", 0) == 0) return value;
+  auto r = ReadFileToString(value);
+  if (!r.ok()) return r.status().WithContext(std::string("reading ") + what);
+  return r;
+}
+
+std::chrono::milliseconds Jittered(std::chrono::milliseconds base) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_real_distribution<double> d(0.5, 1.5);
+  return std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(base.count()) * d(rng)));
+}
+
+}  // namespace
+
+struct GrpcSource::Connection {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Origin::Stub> stub;
+};
+
+struct GrpcSource::FetchTask {
+  DatasetPtr dataset;
+  uint32_t shard = 0;
+  uint64_t first = 0, end = 0;
+  FetchPriority priority = FetchPriority::kDemand;
+  Clock::time_point deadline;
+  std::vector<Flights::Flight> flights;  // leaders of chunks [first, end)
+
+  // Cancellation by the caller that gave up, or by shutdown: stops between messages and
+  // interrupts a blocking Read through the active context.
+  std::atomic<bool> cancelled{false};
+  std::mutex ctx_mu;
+  grpc::ClientContext* ctx = nullptr;  // GUARDED_BY(ctx_mu)
+  void Cancel() {
+    cancelled.store(true);
+    std::lock_guard<std::mutex> lock(ctx_mu);
+    if (ctx != nullptr) ctx->TryCancel();
+  }
+};
+
+size_t GrpcSource::ChunkKeyHash::operator()(const ChunkKey& k) const {
+  return std::hash<std::string>()(k.version) ^ (std::hash<uint64_t>()(k.chunk) * 31 + k.shard);
+}
+
+Status ParseGrpcTarget(const std::string& uri, GrpcSourceOptions* options) {
+  std::string rest = uri;
+  if (uri.rfind("grpcs://", 0) == 0) {
+    options->tls = true;
+    rest = uri.substr(8);
+  } else if (uri.rfind("grpc://", 0) == 0) {
+    options->tls = false;
+    rest = uri.substr(7);
+  } else if (uri.find("://") != std::string::npos) {
+    return InvalidArgument("upstream '" + uri + "' is not grpc://HOST:PORT or grpcs://HOST:PORT");
+  }
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const size_t colon = rest.rfind(':');
+  if (rest.empty() || colon == std::string::npos || colon + 1 == rest.size() ||
+      rest.find('/') != std::string::npos) {
+    return InvalidArgument("upstream '" + uri + "' needs HOST:PORT (e.g. grpc://origin:7443)");
+  }
+  options->target = rest;
+  return Status::Ok();
+}
+
+GrpcSource::GrpcSource(GrpcSourceOptions options)
+    : options_(std::move(options)),
+      bucket_(options_.bandwidth_bytes_per_s),
+      controller_([&] {
+        StreamControllerOptions c = options_.controller;
+        c.max = std::max(1, options_.max_connections);
+        c.initial = std::clamp(options_.connections, 1, c.max);
+        return c;
+      }()) {}
+
+Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options) {
+  SC_RETURN_IF_ERROR(ParseGrpcTarget(options.target, &options));
+  if (options.connections < 1 || options.max_connections < 1) {
+    return InvalidArgument("fetch.connections and fetch.max_connections must be >= 1");
+  }
+  if (options.chunks_per_stream < 1) return InvalidArgument("chunks_per_stream must be >= 1");
+  if (options.max_retries < 0) return InvalidArgument("max_retries must be >= 0");
+  if (options.cert.empty() != options.key.empty()) {
+    return InvalidArgument("a client certificate needs both cert and key");
+  }
+  if (!options.tls && (!options.ca.empty() || !options.cert.empty())) {
+    return InvalidArgument("upstream " + options.target +
+                           " is plain grpc://; CA or client certificate given — use grpcs://");
+  }
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (options.tls) {
+    grpc::SslCredentialsOptions ssl;
+    SC_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(options.ca, "tls ca"));
+    SC_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPem(options.cert, "tls cert"));
+    SC_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPem(options.key, "tls key"));
+    creds = grpc::SslCredentials(ssl);
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  std::unique_ptr<GrpcSource> src(new GrpcSource(options));
+  const int n = std::max(1, options.max_connections);
+  for (int i = 0; i < n; ++i) {
+    grpc::ChannelArguments args;
+    // Separate TCP connections: without these, channels with equal arguments share one
+    // subchannel and so one socket (grpc/grpc#21332).
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt("shardcache.connection_index", i);
+    args.SetMaxReceiveMessageSize(64 << 20);
+    args.SetMaxSendMessageSize(64 << 20);
+    // BDP probing grows the windows to ~2 x BDP of the link; a big frame size cuts framing
+    // overhead on multi-MiB messages.
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 1 << 20);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
+    // Reconnect quickly after a reset; our own retries pace the attempts.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    // Notice a silently dead connection (blackhole) well before call_timeout.
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    // Resuming a broken stream is ours to do (gRFC A6 stops after headers anyway).
+    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+    auto conn = std::make_unique<Connection>();
+    conn->channel = grpc::CreateCustomChannel(options.target, creds, args);
+    conn->stub = v1::Origin::NewStub(conn->channel);
+    src->connections_.push_back(std::move(conn));
+  }
+  src->slot_busy_.assign(static_cast<size_t>(n), false);
+  src->running_conn_.assign(static_cast<size_t>(n), nullptr);
+  for (int i = 0; i < n; ++i) src->workers_.emplace_back([s = src.get()] { s->WorkerLoop(); });
+  M().stream_limit->Set(src->controller_.limit());
+  return src;
+}
+
+GrpcSource::~GrpcSource() {
+  std::deque<std::shared_ptr<FetchTask>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (FetchTask* t : running_conn_) {
+      if (t != nullptr) t->Cancel();
+    }
+    dropped.swap(demand_);
+    for (auto& t : prefetch_) dropped.push_back(std::move(t));
+    prefetch_.clear();
+  }
+  cv_.notify_all();
+  for (auto& w : workers_) w.join();
+  // Leaders that never ran publish Aborted to their waiters.
+  for (auto& t : dropped) t->flights.clear();
+}
+
+std::string GrpcSource::Where() const { return "upstream " + options_.target; }
+
+void GrpcSource::AddAuth(grpc::ClientContext* ctx) const {
+  if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
+}
+
+bool GrpcSource::SleepUntil(Clock::time_point t) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return !cv_.wait_until(lock, t, [&] { return stopping_; });
+}
+
+template <typename Call>
+Status GrpcSource::UnaryWithRetries(const std::string& what, Call&& call) {
+  const auto deadline = Clock::now() + options_.call_timeout;
+  Status last;
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(ToSystem(deadline));
+    AddAuth(&ctx);
+    last = FromGrpc(call(*connections_[0]->stub, &ctx));
+    if (last.ok() || !Retryable(last.code())) break;
+    if (attempt >= options_.max_retries || Clock::now() >= deadline) break;
+    retries_.fetch_add(1);
+    M().retries->Add();
+    const auto backoff = std::min(options_.backoff_max, options_.backoff_initial * (1 << std::min(attempt, 10)));
+    if (!SleepUntil(std::min(deadline, Clock::now() + Jittered(backoff)))) break;
+  }
+  if (last.ok()) return last;
+  if (last.code() == StatusCode::kDeadlineExceeded) {
+    return Unavailable(Where() + ": " + what + ": no answer within " +
+                       std::to_string(options_.call_timeout.count()) + " ms (" + last.message() + ")");
+  }
+  return last.WithContext(Where() + ": " + what);
+}
+
+Result<std::vector<v1::DatasetSummary>> GrpcSource::ListDatasets() {
+  v1::ListDatasetsResponse resp;
+  SC_RETURN_IF_ERROR(UnaryWithRetries("ListDatasets", [&](v1::Origin::Stub& stub, grpc::ClientContext* ctx) {
+    resp.Clear();
+    return stub.ListDatasets(ctx, v1::ListDatasetsRequest(), &resp);
+  }));
+  return std::vector<v1::DatasetSummary>(resp.datasets().begin(), resp.datasets().end());
+}
+
+Result<DatasetPtr> GrpcSource::OpenDataset(const std::string& name) {
+  SC_RETURN_IF_ERROR(CheckDatasetName(name));
+  DatasetPtr stale;
+  {
+    std::lock_guard<std::mutex> lock(manifest_mu_);
+    auto it = manifests_.find(name);
+    if (it != manifests_.end()) {
+      if (Clock::now() - it->second.fetched < options_.manifest_ttl) return it->second.dataset;
+      stale = it->second.dataset;
+    }
+  }
+  v1::GetManifestRequest req;
+  req.set_dataset(name);
+  v1::GetManifestResponse resp;
+  Status s = UnaryWithRetries("GetManifest '" + name + "'", [&](v1::Origin::Stub& stub, grpc::ClientContext* ctx) {
+    resp.Clear();
+    return stub.GetManifest(ctx, req, &resp);
+  });
+  if (!s.ok()) {
+    if (stale && Retryable(s.code())) {
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "{}; serving the last known manifest of '{}' ({})",
+                          s.ToString(), name, stale->version);
+      return stale;
+    }
+    return s;
+  }
+  const std::string where = Where() + " manifest of '" + name + "'";
+  if (dataset::ManifestVersion(resp.manifest()) != resp.version()) {
+    return DataLoss(where + ": version " + resp.version() +
+                    " does not match the hash of the manifest bytes received (" +
+                    dataset::ManifestVersion(resp.manifest()) + ")");
+  }
+  SC_ASSIGN_OR_RETURN(DatasetPtr d, dataset::MakeDataset(std::move(*resp.mutable_manifest()), where));
+  if (d->name != name) {
+    return DataLoss(where + ": the upstream answered with dataset '" + d->name + "'");
+  }
+  std::lock_guard<std::mutex> lock(manifest_mu_);
+  auto& slot = manifests_[name];
+  // Reuse the previous object when nothing changed, so callers comparing pointers stay happy.
+  if (slot.dataset && slot.dataset->version == d->version) d = slot.dataset;
+  slot = CachedManifest{d, Clock::now()};
+  return d;
+}
+
+Result<std::string> GrpcSource::GetSampleIndex(const DatasetPtr& d, uint32_t shard) {
+  if (shard >= static_cast<uint32_t>(d->manifest.shards_size())) {
+    return InvalidArgument("dataset '" + d->name + "' has " + std::to_string(d->manifest.shards_size()) +
+                           " shards; shard " + std::to_string(shard) + " does not exist");
+  }
+  v1::GetSampleIndexRequest req;
+  req.set_dataset(d->name);
+  req.set_version(d->version);
+  req.set_shard(shard);
+  v1::GetSampleIndexResponse resp;
+  SC_RETURN_IF_ERROR(UnaryWithRetries("GetSampleIndex '" + d->name + "' shard " + std::to_string(shard),
+                                      [&](v1::Origin::Stub& stub, grpc::ClientContext* ctx) {
+                                        resp.Clear();
+                                        return stub.GetSampleIndex(ctx, req, &resp);
+                                      }));
+  auto parsed = dataset::ParseSampleIndex(resp.sample_index(), d->manifest, shard,
+                                          Where() + " dataset '" + d->name + "'");
+  if (!parsed.ok()) return parsed.status();
+  return std::move(*resp.mutable_sample_index());
+}
+
+void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_ >= controller_.limit()) waited_.store(true);
+    (task->priority == FetchPriority::kDemand ? demand_ : prefetch_).push_back(std::move(task));
+  }
+  cv_.notify_all();
+}
+
+void GrpcSource::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] {
+      return stopping_ || ((!demand_.empty() || !prefetch_.empty()) && running_ < controller_.limit());
+    });
+    if (stopping_) return;
+    // Demand first: prefetch work starts only when no demand work waits.
+    auto& queue = !demand_.empty() ? demand_ : prefetch_;
+    std::shared_ptr<FetchTask> task = std::move(queue.front());
+    queue.pop_front();
+    if (!demand_.empty() || !prefetch_.empty()) waited_.store(true);
+    size_t slot = 0;
+    while (slot_busy_[slot]) ++slot;  // running_ < limit <= slots, so one is free
+    slot_busy_[slot] = true;
+    running_conn_[slot] = task.get();
+    ++running_;
+    M().in_flight->Set(running_);
+    lock.unlock();
+    if (!task->cancelled.load()) RunTask(*task, *connections_[slot]);
+    lock.lock();
+    running_conn_[slot] = nullptr;
+    lock.unlock();
+    // Leaders left unpublished (cancelled) publish Aborted now, so their waiters refetch.
+    task->flights.clear();
+    task.reset();
+    lock.lock();
+    slot_busy_[slot] = false;
+    --running_;
+    M().in_flight->Set(running_);
+    cv_.notify_all();
+  }
+}
+
+void GrpcSource::ObserveProgress() {
+  const int before = controller_.limit();
+  controller_.Observe(Clock::now(), payload_bytes_.load(), waited_.exchange(false));
+  const int after = controller_.limit();
+  M().goodput->Set(controller_.goodput());
+  if (after != before) {
+    M().stream_limit->Set(after);
+    spdlog::debug("{}: stream limit {} -> {} (goodput {:.1f} MB/s)", Where(), before, after,
+                  controller_.goodput() / 1e6);
+    cv_.notify_all();
+  }
+}
+
+void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
+  const auto& m = task.dataset->manifest;
+  const std::string& shard_path = m.shards(static_cast<int>(task.shard)).path();
+  uint64_t next = task.first;
+  int failures = 0;    // consecutive attempts without progress
+  int mismatches = 0;  // failed verifications of chunk `next`
+  Status last;
+  ChunkDecoder decoder;
+  auto fail_rest = [&](const Status& s) {
+    for (uint64_t c = next; c < task.end; ++c) task.flights[c - task.first].Publish(s);
+    next = task.end;
+  };
+  while (next < task.end) {
+    if (task.cancelled.load()) return;
+    const auto now = Clock::now();
+    if (now >= task.deadline) {
+      fail_rest(Unavailable(Where() + ": chunks [" + std::to_string(next) + ", " +
+                            std::to_string(task.end) + ") of shard " + std::to_string(task.shard) +
+                            " of '" + task.dataset->name + "' not received before the deadline" +
+                            (last.ok() ? std::string() : "; last error: " + last.ToString())));
+      return;
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(ToSystem(std::min(task.deadline, now + options_.call_timeout)));
+    AddAuth(&ctx);
+    v1::ReadChunksRequest req;
+    req.set_dataset(task.dataset->name);
+    req.set_version(task.dataset->version);
+    req.set_shard(task.shard);
+    req.set_first_chunk(next);
+    req.set_chunk_count(task.end - next);
+    req.set_priority(task.priority == FetchPriority::kDemand ? v1::DEMAND : v1::PREFETCH);
+    req.set_accept_zstd(options_.accept_zstd);
+    {
+      std::lock_guard<std::mutex> lock(task.ctx_mu);
+      task.ctx = &ctx;
+    }
+    if (task.cancelled.load()) ctx.TryCancel();
+    streams_.fetch_add(1);
+    M().streams->Add();
+    auto reader = conn.stub->ReadChunks(&ctx, req);
+    v1::ChunkMessage msg;
+    bool progressed = false;
+    Status local;  // a problem we found in what arrived
+    while (reader->Read(&msg)) {
+      const uint64_t wire = msg.payload().size();
+      wire_bytes_.fetch_add(wire);
+      M().wire_bytes->Add(wire);
+      if (Status b = bucket_.Take(wire, task.deadline); !b.ok()) {
+        local = b;
+        break;
+      }
+      if (msg.chunk() != next) {
+        local = Internal(Where() + " sent chunk " + std::to_string(msg.chunk()) + ", expected " +
+                         std::to_string(next));
+        break;
+      }
+      const uint64_t len = dataset::ChunkLength(m, task.shard, next);
+      const std::string where = Where() + " dataset '" + task.dataset->name + "' shard " +
+                                std::to_string(task.shard) + " ('" + shard_path + "') chunk " +
+                                std::to_string(next) + " (offset " +
+                                std::to_string(next * m.chunk_bytes()) + ")";
+      auto chunk = std::make_shared<Chunk>();
+      Status v = decoder.Decode(msg, len, where, &chunk->bytes);
+      if (v.ok()) {
+        chunk->hash = HashBytes(chunk->bytes.data(), chunk->bytes.size());
+        const Hash128 want = dataset::ChunkHash(m, task.shard, next);
+        if (chunk->hash != want) {
+          v = DataLoss(where + ": xxh3-128 of the received bytes is " + chunk->hash.ToHex() +
+                       ", the manifest says " + want.ToHex());
+        }
+      }
+      if (!v.ok()) {
+        checksum_failures_.fetch_add(1);
+        M().checksum_failures->Add();
+        SC_LOG_RATE_LIMITED(spdlog::level::warn, "refetching: {}", v.message());
+        if (++mismatches > options_.max_retries) {
+          fail_rest(DataLoss(v.message() + " (failed verification " + std::to_string(mismatches) +
+                             " times)"));
+          ctx.TryCancel();
+          break;
+        }
+        local = v;
+        break;
+      }
+      task.flights[next - task.first].Publish(ChunkResult(ChunkPtr(std::move(chunk))));
+      ++next;
+      mismatches = 0;
+      progressed = true;
+      chunks_.fetch_add(1);
+      payload_bytes_.fetch_add(len);
+      M().chunks->Add();
+      M().payload_bytes->Add(len);
+      ObserveProgress();
+      if (task.cancelled.load()) break;
+    }
+    if (next < task.end) ctx.TryCancel();  // we stopped early: do not leave the stream open
+    const grpc::Status gs = reader->Finish();
+    {
+      std::lock_guard<std::mutex> lock(task.ctx_mu);
+      task.ctx = nullptr;
+    }
+    if (next >= task.end || task.cancelled.load()) return;
+    Status s = local.ok() ? FromGrpc(gs) : local;
+    if (s.ok()) {
+      s = Unavailable("stream ended at chunk " + std::to_string(next) + " before the end of the range");
+    }
+    if (local.ok() && !Retryable(s.code())) {
+      fail_rest(s.WithContext(Where()));
+      return;
+    }
+    last = s;
+    failures = progressed ? 0 : failures + 1;
+    if (failures > options_.max_retries) {
+      fail_rest(Unavailable(Where() + ": giving up after " + std::to_string(failures) +
+                            " attempts without progress: " + s.ToString()));
+      return;
+    }
+    retries_.fetch_add(1);
+    M().retries->Add();
+    SC_LOG_RATE_LIMITED(spdlog::level::info, "{}: retrying shard {} of '{}' from chunk {}: {}", Where(),
+                        task.shard, task.dataset->name, next, s.ToString());
+    const auto backoff = std::min(options_.backoff_max,
+                                  options_.backoff_initial * (1 << std::min(failures, 10)));
+    if (!SleepUntil(std::min(task.deadline, Clock::now() + Jittered(backoff)))) return;
+  }
+}
+
+Status GrpcSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
+                              const ReadOptions& options, const ChunkSink& sink) {
+  SC_RETURN_IF_ERROR(CheckChunkRange(d, shard, first, count));
+  const uint64_t end = first + count;
+  const uint64_t per = static_cast<uint64_t>(options_.chunks_per_stream);
+  std::deque<Flights::Flight> pending;  // handles for chunks [delivered, launched)
+  std::vector<std::shared_ptr<FetchTask>> mine;
+  uint64_t launched = first, delivered = first;
+  int rejoins = 0;
+
+  // Starts fetches for [from, to): chunks nobody fetches yet become ours (grouped into
+  // contiguous tasks); chunks already in flight are waited for.
+  auto launch = [&](uint64_t from, uint64_t to, bool front) {
+    std::vector<Flights::Flight> handles;
+    std::shared_ptr<FetchTask> task;
+    auto flush = [&] {
+      if (task) {
+        mine.push_back(task);
+        Submit(std::move(task));
+        task.reset();
+      }
+    };
+    for (uint64_t c = from; c < to; ++c) {
+      Flights::Flight f = flights_.Join(ChunkKey{d->version, shard, c});
+      handles.push_back(f.Share());
+      if (f.leader()) {
+        if (!task) {
+          task = std::make_shared<FetchTask>();
+          task->dataset = d;
+          task->shard = shard;
+          task->first = c;
+          task->end = c;
+          task->priority = options.priority;
+          task->deadline = options.deadline;
+        }
+        task->flights.push_back(std::move(f));
+        task->end = c + 1;
+      } else {
+        flush();
+      }
+    }
+    flush();
+    if (front) {
+      for (auto it = handles.rbegin(); it != handles.rend(); ++it) pending.push_front(std::move(*it));
+    } else {
+      for (auto& h : handles) pending.push_back(std::move(h));
+    }
+  };
+  auto cancel_mine = [&] {
+    for (auto& t : mine) t->Cancel();
+  };
+
+  while (delivered < end) {
+    const uint64_t window = per * static_cast<uint64_t>(controller_.limit() + 1);
+    while (launched < end && launched - delivered < window) {
+      const uint64_t stop = std::min(end, launched + per);
+      launch(launched, stop, false);
+      launched = stop;
+    }
+    // Our own tasks publish by the deadline; allow a little past it for the last messages.
+    auto v = pending.front().Wait(options.deadline + std::chrono::seconds(2));
+    if (!v) {
+      cancel_mine();
+      return Unavailable(Where() + ": chunk " + std::to_string(delivered) + " of shard " +
+                         std::to_string(shard) + " of '" + d->name +
+                         "' not received before the deadline");
+    }
+    if (!v->ok()) {
+      // A leader that gave up (another caller's, cancelled): fetch the chunk ourselves.
+      if (v->status().code() == StatusCode::kAborted && Clock::now() < options.deadline &&
+          rejoins++ < 4 * options_.max_retries + 4) {
+        pending.pop_front();
+        launch(delivered, delivered + 1, true);
+        continue;
+      }
+      cancel_mine();
+      return v->status();
+    }
+    Status s = sink(delivered, **v);
+    if (!s.ok()) {
+      cancel_mine();
+      return s;
+    }
+    pending.pop_front();
+    ++delivered;
+  }
+  return Status::Ok();
+}
+
+GrpcSource::Stats GrpcSource::stats() const {
+  Stats s;
+  s.wire_bytes = wire_bytes_.load();
+  s.payload_bytes = payload_bytes_.load();
+  s.chunks = chunks_.load();
+  s.streams = streams_.load();
+  s.retries = retries_.load();
+  s.checksum_failures = checksum_failures_.load();
+  s.stream_limit = controller_.limit();
+  s.goodput_bytes_per_s = controller_.goodput();
+  return s;
+}
+
+}  // namespace shardcache::upstream

@@ -1,0 +1,184 @@
+// GrpcSource: a ChunkSource that fetches from another shardcached's Origin service
+// (upstream = "grpc://host:port" or "grpcs://host:port") — the node side of the long link.
+//
+// How it fills a long, high-latency link:
+//   * `max_connections` independent HTTP/2 connections (one channel each, kept apart with
+//     GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL plus a distinct channel argument), large flow-control
+//     windows (BDP probing on). One stream runs per connection at a time, so each stream gets
+//     a whole window.
+//   * ReadChunks splits its range into sub-ranges of `chunks_per_stream` chunks, fetched
+//     concurrently, and delivers chunks to the sink strictly in order. At most (limit + 1)
+//     sub-ranges per call are outstanding ahead of the delivery point, which bounds memory.
+//   * The number of concurrent streams starts at `connections` and hill-climbs on measured
+//     goodput up to `max_connections` (StreamController).
+//   * Demand before prefetch: a free stream slot always goes to waiting demand work first;
+//     prefetch work starts only when no demand work waits.
+//   * A global bandwidth cap (TokenBucket) shared by all streams; SetBandwidth changes it live.
+//   * Single-flight per chunk: concurrent callers wanting the same (version, shard, chunk) share
+//     one fetch (SingleFlight), so each chunk crosses the link once however many want it.
+//
+// Robustness: every call has a deadline (min(caller deadline, now + call_timeout)); a failed
+// or broken stream is retried with jittered exponential backoff and resumes at the first chunk
+// not yet verified; an attempt that made progress resets the retry count, so a connection that
+// resets every few MiB still completes. Non-retryable answers (InvalidArgument, NotFound,
+// FailedPrecondition, Unauthenticated, PermissionDenied, DataLoss from the origin) fail at
+// once. When the caller's deadline passes while the upstream keeps failing, the result is
+// Unavailable naming the last error.
+//
+// Integrity: every chunk is decoded (ChunkDecoder: bomb-safe) and checked against the hash in
+// the manifest before it is delivered or shared; a mismatch is counted and refetched, and after
+// `max_retries` mismatches of one chunk the result is DataLoss. Manifests are checked against
+// their version (the version is the hash of the manifest bytes).
+//
+// Thread safety: safe for concurrent use from any number of threads. The sink runs on the
+// calling thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/source/chunk_source.h"
+#include "daemon/upstream/single_flight.h"
+#include "daemon/upstream/stream_controller.h"
+#include "daemon/upstream/token_bucket.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+}
+
+namespace shardcache::upstream {
+
+struct GrpcSourceOptions {
+  // "host:port" (or a full "grpc://host:port" / "grpcs://host:port", which also sets `tls`).
+  std::string target;
+  bool tls = false;
+  // PEM file paths (or PEM text starting with "-----BEGIN"). `ca` empty with tls: system roots.
+  // `cert` + `key`: client certificate for servers that require one.
+  std::string ca, cert, key;
+  // Sent as "authorization: Bearer <token>" on every call; "" = none.
+  std::string token;
+  // Concurrent streams at start, and the ceiling the adaptive controller may reach. Each stream
+  // slot owns one HTTP/2 connection.
+  int connections = 4;
+  int max_connections = 16;
+  // Upstream wire bytes per second over all streams; 0 = no cap.
+  uint64_t bandwidth_bytes_per_s = 0;
+  // Deadline of one upstream call (a sub-range stream, a manifest fetch).
+  std::chrono::milliseconds call_timeout{30000};
+  // Attempts without progress (or hash mismatches of one chunk) before giving up.
+  int max_retries = 8;
+  // Chunks per ReadChunks stream.
+  int chunks_per_stream = 8;
+  // Backoff between attempts: initial, doubled per failure, capped; each jittered x[0.5, 1.5).
+  std::chrono::milliseconds backoff_initial{50};
+  std::chrono::milliseconds backoff_max{2000};
+  // How long a fetched manifest is reused before asking the upstream again. While the upstream
+  // is unreachable the last known manifest keeps being returned (cached data stays servable).
+  std::chrono::milliseconds manifest_ttl{5000};
+  // Ask the origin for zstd where it helps.
+  bool accept_zstd = true;
+  // Adaptive stream control; `initial`/`max` are taken from connections/max_connections.
+  StreamControllerOptions controller;
+};
+
+// Parses "grpc://h:p" / "grpcs://h:p" / "h:p" into options.target + options.tls.
+Status ParseGrpcTarget(const std::string& uri, GrpcSourceOptions* options);
+
+class GrpcSource final : public ChunkSource {
+ public:
+  // Reads the certificate files; InvalidArgument / NotFound naming a bad option or file.
+  // Does not connect: connections are made on first use.
+  static Result<std::unique_ptr<GrpcSource>> Create(GrpcSourceOptions options);
+  ~GrpcSource() override;
+
+  Result<std::vector<v1::DatasetSummary>> ListDatasets() override;
+  Result<DatasetPtr> OpenDataset(const std::string& name) override;
+  Result<std::string> GetSampleIndex(const DatasetPtr& dataset, uint32_t shard) override;
+  Status ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
+                    const ReadOptions& options, const ChunkSink& sink) override;
+
+  void SetBandwidth(uint64_t bytes_per_s) { bucket_.SetRate(bytes_per_s); }
+
+  // Counters of this instance (the process-wide ones are in metrics::Registry::Global()).
+  struct Stats {
+    uint64_t wire_bytes = 0;         // payload bytes as received (compressed or raw)
+    uint64_t payload_bytes = 0;      // verified chunk bytes after decoding
+    uint64_t chunks = 0;             // chunks fetched and verified
+    uint64_t streams = 0;            // ReadChunks calls opened upstream
+    uint64_t retries = 0;            // attempts after a failure
+    uint64_t checksum_failures = 0;  // chunks that failed verification (refetched)
+    int stream_limit = 0;            // current adaptive limit
+    double goodput_bytes_per_s = 0;  // last measured
+  };
+  Stats stats() const;
+
+ private:
+  struct Connection;
+  struct FetchTask;
+  using ChunkResult = Result<ChunkPtr>;
+  struct ChunkKey {
+    std::string version;
+    uint32_t shard;
+    uint64_t chunk;
+    bool operator==(const ChunkKey&) const = default;
+  };
+  struct ChunkKeyHash {
+    size_t operator()(const ChunkKey& k) const;
+  };
+  using Flights = SingleFlight<ChunkKey, ChunkResult, ChunkKeyHash>;
+
+  explicit GrpcSource(GrpcSourceOptions options);
+  void Submit(std::shared_ptr<FetchTask> task);
+  void WorkerLoop();
+  void RunTask(FetchTask& task, Connection& conn);
+  // Feeds the adaptive controller after progress; wakes workers when the limit changed.
+  void ObserveProgress();
+  void AddAuth(grpc::ClientContext* ctx) const;
+  // Sleeps until `t`; false when the source is shutting down.
+  bool SleepUntil(std::chrono::steady_clock::time_point t);
+  // Runs a unary call on connection 0 with a deadline of call_timeout and retries.
+  template <typename Call>
+  Status UnaryWithRetries(const std::string& what, Call&& call);
+  std::string Where() const;
+
+  const GrpcSourceOptions options_;
+  std::vector<std::unique_ptr<Connection>> connections_;  // constant after construction
+  TokenBucket bucket_;
+  StreamController controller_;
+  Flights flights_;
+
+  // Scheduler: FetchTasks wait here for a stream slot (= connection).
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<FetchTask>> demand_;    // GUARDED_BY(mu_)
+  std::deque<std::shared_ptr<FetchTask>> prefetch_;  // GUARDED_BY(mu_)
+  std::vector<bool> slot_busy_;                      // GUARDED_BY(mu_), per connection
+  std::vector<FetchTask*> running_conn_;             // GUARDED_BY(mu_), task on each connection
+  int running_ = 0;                                  // GUARDED_BY(mu_)
+  std::atomic<bool> waited_{false};  // work waited for a slot since the controller last looked
+  bool stopping_ = false;                            // GUARDED_BY(mu_)
+  std::vector<std::thread> workers_;
+
+  std::mutex manifest_mu_;
+  struct CachedManifest {
+    DatasetPtr dataset;
+    std::chrono::steady_clock::time_point fetched;
+  };
+  std::map<std::string, CachedManifest> manifests_;  // GUARDED_BY(manifest_mu_)
+
+  std::atomic<uint64_t> wire_bytes_{0}, payload_bytes_{0}, chunks_{0}, streams_{0}, retries_{0},
+      checksum_failures_{0};
+};
+
+}  // namespace shardcache::upstream

@@ -1,0 +1,66 @@
+#include "daemon/upstream/stream_controller.h"
+
+#include <algorithm>
+
+namespace shardcache::upstream {
+
+StreamController::StreamController(StreamControllerOptions options, Clock::time_point now)
+    : options_(options),
+      limit_(std::clamp(options.initial, options.min, std::max(options.min, options.max))),
+      period_start_(now) {}
+
+int StreamController::limit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return limit_;
+}
+
+double StreamController::goodput() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return goodput_;
+}
+
+void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool saturated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  period_saturated_ = period_saturated_ || saturated;
+  const auto elapsed = now - period_start_;
+  if (elapsed < options_.period) return;
+  const double seconds = std::chrono::duration<double>(elapsed).count();
+  goodput_ = static_cast<double>(total_bytes - period_bytes_) / seconds;
+  const bool was_saturated = period_saturated_;
+  period_start_ = now;
+  period_bytes_ = total_bytes;
+  period_saturated_ = false;
+
+  if (!was_saturated) {
+    probing_ = false;
+    base_goodput_ = goodput_;
+    return;
+  }
+  if (probing_) {
+    if (goodput_ >= base_goodput_ * options_.gain) {
+      base_goodput_ = goodput_;
+      if (limit_ < options_.max) {
+        ++limit_;
+      } else {
+        probing_ = false;
+      }
+    } else {
+      limit_ = std::max(options_.min, limit_ - 1);
+      probing_ = false;
+      hold_ = options_.hold_periods;
+      base_goodput_ = goodput_;
+    }
+    return;
+  }
+  base_goodput_ = goodput_;
+  if (hold_ > 0) {
+    --hold_;
+    return;
+  }
+  if (limit_ < options_.max) {
+    ++limit_;
+    probing_ = true;
+  }
+}
+
+}  // namespace shardcache::upstream
