@@ -1,0 +1,85 @@
+// CacheOptions: every knob of the cache tiers (DRAM + NVMe) in one struct with in-class
+// defaults, validated once by Validate(). config/ parses the TOML keys into it; tests and
+// tools fill it directly.
+//
+// Thread safety: a plain value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace shardcache::cache {
+
+enum class EvictionPolicyKind {
+  kLru,          // evict the segment touched least recently
+  kStatic,       // fill until full, then admit nothing new (no churn)
+  kClairvoyant,  // evict the segment whose next planned use is furthest away (see access_plan.h)
+};
+
+// "lru" | "static" | "clairvoyant"; InvalidArgument naming the text otherwise.
+Result<EvictionPolicyKind> ParseEvictionPolicy(const std::string& text);
+const char* EvictionPolicyName(EvictionPolicyKind kind);
+
+struct CacheOptions {
+  // Directory holding the segment files (seg-<id>.dat) and the RocksDB index (index/).
+  // Created when missing. Required when size_bytes > 0.
+  std::string dir;
+
+  // Hard budget for everything under `dir`, in allocated bytes: segment files plus the RocksDB
+  // index. 0 = no NVMe tier (pass-through with single-flight and the DRAM tier only).
+  // Run-time changeable with CachedSource::SetSizeBytes (shrinking evicts while serving).
+  // Default: 0.
+  uint64_t size_bytes = 0;
+
+  // DRAM tier budget in bytes of chunk payload. 0 = no DRAM tier. Default: 256 MiB.
+  uint64_t memory_bytes = 256ull << 20;
+
+  // Free-space floor on the file system holding `dir`: the cache never allocates a segment that
+  // would leave less free than max(min_free_fraction * fs size, min_free_bytes), and gives
+  // segments back (unlinks them) when other files eat into the floor. Default: 5 %.
+  double min_free_fraction = 0.05;
+  uint64_t min_free_bytes = 0;
+
+  EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
+
+  // Size of one segment file, the unit of allocation and eviction. Multiple of 4 KiB and at
+  // least as large as one chunk (rounded up to 4 KiB). Not changeable at run time (existing
+  // segments keep their size). Default: 256 MiB.
+  uint64_t segment_bytes = 256ull << 20;
+
+  // Bytes of the budget set aside for the RocksDB index (SST files, WAL, MANIFEST). 0 = auto:
+  // 8 MiB + size_bytes / 512. The real index size is also measured at every segment roll and a
+  // segment is evicted when segments + measured index would exceed size_bytes.
+  uint64_t index_reserve_bytes = 0;
+
+  // Group commit: entries of written chunks are committed to RocksDB (after fdatasync of the
+  // segment) once this many bytes are pending, when a segment is sealed, when the write queue
+  // runs empty, or after commit_interval_ms. Default: 64 MiB / 200 ms.
+  uint64_t commit_bytes = 64ull << 20;
+  uint32_t commit_interval_ms = 200;
+
+  // Chunks waiting for the NVMe writer; readers block (back-pressure) above this. Default 256 MiB.
+  uint64_t write_queue_bytes = 256ull << 20;
+
+  // Largest run of missing chunks fetched from upstream in one range call. Default: 64.
+  uint32_t max_fetch_run_chunks = 64;
+
+  // io_uring for NVMe reads; when false, or when io_uring_setup is refused (seccomp), pread.
+  bool use_io_uring = true;
+
+  // RocksDB block cache for the index (the index is held in memory, so small). Default 8 MiB.
+  uint64_t index_block_cache_bytes = 8ull << 20;
+
+  // Checks ranges and required fields; InvalidArgument naming the option otherwise.
+  Status Validate() const;
+  // Reserve actually used for the index (resolves the 0 = auto default).
+  uint64_t EffectiveIndexReserve() const;
+};
+
+// Parses a min_free value as written in config: "5%" (fraction of the file system) or a byte
+// size ("10GiB"). Sets one of the two fields and zeroes the other.
+Status ParseMinFree(const std::string& text, CacheOptions* options);
+
+}  // namespace shardcache::cache

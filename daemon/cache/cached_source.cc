@@ -1,0 +1,388 @@
+#include "daemon/cache/cached_source.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "daemon/cache/cache_metrics.h"
+
+namespace shardcache::cache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kMaxFollowerRetries = 3;
+
+bool UpstreamUnreachable(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+}
+
+std::string ManifestKey(const std::string& name) { return "M" + name; }
+std::string SampleIndexKey(const std::string& version, uint32_t shard) {
+  return "X" + version + "/" + std::to_string(shard);
+}
+
+}  // namespace
+
+CachedSource::CachedSource(const CacheOptions& options, std::unique_ptr<ChunkSource> upstream)
+    : options_(options), upstream_(std::move(upstream)), dram_(options.memory_bytes) {}
+
+CachedSource::~CachedSource() = default;
+
+Result<std::unique_ptr<CachedSource>> CachedSource::Open(const CacheOptions& options,
+                                                         std::unique_ptr<ChunkSource> upstream) {
+  if (!upstream) return InvalidArgument("CachedSource needs an upstream");
+  SC_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<CachedSource> src(new CachedSource(options, std::move(upstream)));
+  if (options.size_bytes > 0) {
+    SC_ASSIGN_OR_RETURN(src->store_, NvmeStore::Open(options, &src->plan_));
+  }
+  const auto& m = CacheMetrics::Get();
+  m.nvme_budget_bytes->Set(static_cast<double>(options.size_bytes));
+  m.dram_budget_bytes->Set(static_cast<double>(options.memory_bytes));
+  spdlog::info("cache: ready (nvme {} in {}, dram {}, eviction {})", FormatBytes(options.size_bytes),
+               options.size_bytes ? options.dir : std::string("-"), FormatBytes(options.memory_bytes),
+               EvictionPolicyName(options.eviction));
+  return src;
+}
+
+Result<std::vector<v1::DatasetSummary>> CachedSource::ListDatasets() { return upstream_->ListDatasets(); }
+
+void CachedSource::RememberVersion(const std::string& name, const std::string& version) {
+  auto range = versions_seen_.equal_range(name);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second == version) return;
+  }
+  versions_seen_.emplace(name, version);
+}
+
+Result<DatasetPtr> CachedSource::OpenDataset(const std::string& name) {
+  SC_RETURN_IF_ERROR(CheckDatasetName(name));
+  auto fresh = upstream_->OpenDataset(name);
+  if (fresh.ok()) {
+    bool changed = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = datasets_.find(name);
+      changed = it == datasets_.end() || it->second->version != (*fresh)->version;
+      datasets_[name] = *fresh;
+      RememberVersion(name, (*fresh)->version);
+    }
+    if (changed && store_) {
+      Status s = store_->index_db().PutBlob(ManifestKey(name), (*fresh)->manifest_bytes);
+      if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: remembering manifest of '{}': {}", name, s.ToString());
+    }
+    return fresh;
+  }
+  if (!UpstreamUnreachable(fresh.status())) return fresh.status();
+  // Upstream unreachable: serve the manifest we last saw, so cached data stays usable.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = datasets_.find(name);
+    if (it != datasets_.end()) return it->second;
+  }
+  if (store_) {
+    auto bytes = store_->index_db().GetBlob(ManifestKey(name));
+    if (bytes.ok()) {
+      auto ds = dataset::MakeDataset(std::move(*bytes), "cached manifest of '" + name + "'");
+      if (ds.ok()) {
+        SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: upstream unreachable ({}); using the cached manifest of '{}'",
+                            fresh.status().ToString(), name);
+        std::lock_guard<std::mutex> lock(mu_);
+        datasets_[name] = *ds;
+        RememberVersion(name, (*ds)->version);
+        return *ds;
+      }
+    }
+  }
+  return fresh.status();
+}
+
+Result<std::string> CachedSource::GetSampleIndex(const DatasetPtr& dataset, uint32_t shard) {
+  if (store_) {
+    auto cached = store_->index_db().GetBlob(SampleIndexKey(dataset->version, shard));
+    if (cached.ok()) return cached;
+  }
+  auto fresh = upstream_->GetSampleIndex(dataset, shard);
+  if (fresh.ok() && store_) {
+    // Only after the upstream validated it against the manifest; the key includes the version.
+    Status s = store_->index_db().PutBlob(SampleIndexKey(dataset->version, shard), *fresh);
+    if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: remembering a sample index: {}", s.ToString());
+  }
+  return fresh;
+}
+
+ChunkPtr CachedSource::FindCached(const ChunkKey& key, uint64_t length, const Hash128& hash, Tier* tier) {
+  if (ChunkPtr c = dram_.Get(key)) {
+    *tier = Tier::kDram;
+    return c;
+  }
+  if (!store_) return nullptr;
+  if (ChunkPtr c = store_->Pending(key)) {
+    *tier = Tier::kDram;
+    return c;
+  }
+  NvmeLookup req{key, length, hash};
+  auto got = store_->Lookup(std::span<const NvmeLookup>(&req, 1));
+  if (got[0]) {
+    *tier = Tier::kNvme;
+    dram_.Put(key, got[0]);
+    return got[0];
+  }
+  return nullptr;
+}
+
+void CachedSource::Account(Tier tier, uint64_t bytes) {
+  const auto& m = CacheMetrics::Get();
+  switch (tier) {
+    case Tier::kDram:
+      served_dram_.fetch_add(bytes, std::memory_order_relaxed);
+      hits_dram_.fetch_add(1, std::memory_order_relaxed);
+      m.bytes_dram->Add(bytes);
+      m.hits_dram->Add();
+      break;
+    case Tier::kNvme:
+      served_nvme_.fetch_add(bytes, std::memory_order_relaxed);
+      hits_nvme_.fetch_add(1, std::memory_order_relaxed);
+      m.bytes_nvme->Add(bytes);
+      m.hits_nvme->Add();
+      break;
+    case Tier::kUpstream:
+      served_upstream_.fetch_add(bytes, std::memory_order_relaxed);
+      misses_.fetch_add(1, std::memory_order_relaxed);
+      m.bytes_upstream->Add(bytes);
+      m.misses->Add();
+      break;
+    case Tier::kNone: break;
+  }
+}
+
+Status CachedSource::ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
+                                const ReadOptions& options, const ChunkSink& sink) {
+  SC_RETURN_IF_ERROR(CheckChunkRange(dataset, shard, first, count));
+  const auto& manifest = dataset->manifest;
+  const Hash128 vid = VersionId(dataset->version);
+  const bool demand = options.priority == FetchPriority::kDemand;
+  const uint64_t end = first + count;
+  uint64_t next = first;
+  int follower_retries = 0;
+
+  struct Slot {
+    ChunkKey key;
+    uint64_t length = 0;
+    Hash128 hash;
+    ChunkPtr chunk;
+    Tier tier = Tier::kNone;
+  };
+
+  while (next < end) {
+    const uint64_t window_end = std::min<uint64_t>(end, next + options_.max_fetch_run_chunks);
+    std::vector<Slot> slots(window_end - next);
+    std::vector<NvmeLookup> nvme_reqs;
+    std::vector<size_t> nvme_slots;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      Slot& s = slots[i];
+      const uint64_t c = next + i;
+      s.key = ChunkKey{vid, shard, c};
+      s.length = dataset::ChunkLength(manifest, shard, c);
+      s.hash = dataset::ChunkHash(manifest, shard, c);
+      if ((s.chunk = dram_.Get(s.key))) {
+        s.tier = Tier::kDram;
+      } else if (store_ && (s.chunk = store_->Pending(s.key))) {
+        s.tier = Tier::kDram;
+      } else if (store_) {
+        nvme_reqs.push_back(NvmeLookup{s.key, s.length, s.hash});
+        nvme_slots.push_back(i);
+      }
+    }
+    if (!nvme_reqs.empty()) {
+      // One io_uring batch for every NVMe hit in the window.
+      auto got = store_->Lookup(nvme_reqs);
+      for (size_t k = 0; k < got.size(); ++k) {
+        if (!got[k]) continue;
+        Slot& s = slots[nvme_slots[k]];
+        s.chunk = std::move(got[k]);
+        s.tier = Tier::kNvme;
+        dram_.Put(s.key, s.chunk);
+      }
+    }
+
+    bool restart = false;
+    for (size_t i = 0; i < slots.size() && !restart;) {
+      Slot& s = slots[i];
+      if (s.chunk) {
+        Account(s.tier, s.chunk->bytes.size());
+        if (demand) plan_.OnDemandRead(s.key);
+        SC_RETURN_IF_ERROR(sink(next + i, s.chunk));
+        ++i;
+        continue;
+      }
+      auto ticket = flights_.Join(s.key);
+      if (!ticket.leader()) {
+        auto waited = ticket.Wait(options.deadline);
+        Result<ChunkPtr> r = waited ? std::move(*waited)
+                                    : Result<ChunkPtr>(DeadlineExceeded(
+                                          "timed out waiting for chunk " + s.key.ToString() +
+                                          ", which another caller is fetching"));
+        if (r.ok()) {
+          joined_.fetch_add(1, std::memory_order_relaxed);
+          s.chunk = *r;
+          s.tier = Tier::kDram;  // received from a sibling's fetch: a memory hit for this caller
+          continue;              // delivered by the branch above
+        }
+        if (Clock::now() >= options.deadline) {
+          return r.status().code() == StatusCode::kDeadlineExceeded ? r.status()
+                                                                     : DeadlineExceeded(r.status().message());
+        }
+        if (++follower_retries > kMaxFollowerRetries) return r.status();
+        next += i;  // lead the fetch ourselves from here
+        restart = true;
+        break;
+      }
+      // Leader. The chunk may have landed between the lookup and Join.
+      Tier tier = Tier::kNone;
+      if (ChunkPtr c = FindCached(s.key, s.length, s.hash, &tier)) {
+        ticket.Publish(Result<ChunkPtr>(c));
+        s.chunk = c;
+        s.tier = tier;
+        continue;
+      }
+      // Extend the run over following misses we can lead too.
+      std::vector<upstream::SingleFlight<ChunkKey, Result<ChunkPtr>, ChunkKeyHash>::Flight> run;
+      run.push_back(std::move(ticket));
+      size_t j = i + 1;
+      while (j < slots.size() && !slots[j].chunk) {
+        auto t = flights_.Join(slots[j].key);
+        if (!t.leader()) break;  // someone else fetches it; we will follow when we get there
+        run.push_back(std::move(t));
+        ++j;
+      }
+      const uint64_t run_first = next + i;
+      size_t delivered = 0;
+      Status sink_status;
+      upstream_calls_.fetch_add(1, std::memory_order_relaxed);
+      Status up = upstream_->ReadChunks(
+          dataset, shard, run_first, run.size(), options, [&](uint64_t c, const ChunkPtr& chunk) -> Status {
+            const size_t k = static_cast<size_t>(c - run_first);
+            if (c < run_first || k != delivered || k >= run.size() || !chunk) {
+              return Internal("upstream delivered chunk " + std::to_string(c) + " out of order (expected " +
+                              std::to_string(run_first + delivered) + ")");
+            }
+            Slot& slot = slots[i + k];
+            // End-to-end: never trust what arrived, even from a verifying upstream.
+            if (chunk->bytes.size() != slot.length ||
+                HashBytes(chunk->bytes.data(), chunk->bytes.size()) != slot.hash) {
+              return DataLoss("upstream chunk " + slot.key.ToString() + " does not match its manifest hash");
+            }
+            dram_.Put(slot.key, chunk);
+            if (store_) store_->Insert(slot.key, chunk, options.deadline);
+            run[k].Publish(Result<ChunkPtr>(chunk));
+            fetched_.fetch_add(1, std::memory_order_relaxed);
+            CacheMetrics::Get().upstream_fetches->Add();
+            ++delivered;
+            Account(Tier::kUpstream, chunk->bytes.size());
+            if (demand) plan_.OnDemandRead(slot.key);
+            sink_status = sink(c, chunk);
+            return sink_status;
+          });
+      if (!sink_status.ok()) return sink_status;
+      if (!up.ok() || delivered != run.size()) {
+        Status err = up.ok() ? Internal("upstream ended the range after " + std::to_string(delivered) + " of " +
+                                        std::to_string(run.size()) + " chunks")
+                             : up;
+        for (size_t k = delivered; k < run.size(); ++k) run[k].Publish(Result<ChunkPtr>(err));
+        return err;
+      }
+      i = j;
+    }
+    if (!restart) next = window_end;
+  }
+  return Status::Ok();
+}
+
+Status CachedSource::SetSizeBytes(uint64_t size_bytes) {
+  if (!store_) {
+    if (size_bytes == 0) return Status::Ok();
+    return FailedPrecondition("the NVMe tier was not opened (cache.size was 0); a restart is needed to enable it");
+  }
+  store_->SetSizeBytes(size_bytes);
+  return Status::Ok();
+}
+
+void CachedSource::SetMemoryBytes(uint64_t memory_bytes) {
+  dram_.SetBudget(memory_bytes);
+  CacheMetrics::Get().dram_budget_bytes->Set(static_cast<double>(memory_bytes));
+}
+
+Status CachedSource::Evict(const std::string& dataset) {
+  SC_RETURN_IF_ERROR(CheckDatasetName(dataset));
+  std::vector<std::string> versions;
+  auto current = upstream_->OpenDataset(dataset);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (current.ok()) RememberVersion(dataset, (*current)->version);
+    auto range = versions_seen_.equal_range(dataset);
+    for (auto it = range.first; it != range.second; ++it) versions.push_back(it->second);
+  }
+  if (versions.empty()) {
+    if (store_) {
+      auto bytes = store_->index_db().GetBlob(ManifestKey(dataset));
+      if (bytes.ok()) versions.push_back(dataset::ManifestVersion(*bytes));
+    }
+    if (versions.empty()) return NotFound("no cached version of dataset '" + dataset + "' is known");
+  }
+  for (const auto& v : versions) {
+    const Hash128 vid = VersionId(v);
+    dram_.EraseVersion(vid);
+    if (store_) SC_RETURN_IF_ERROR(store_->EvictVersion(vid));
+  }
+  spdlog::info("cache: evicted {} version(s) of dataset '{}'", versions.size(), dataset);
+  return Status::Ok();
+}
+
+void CachedSource::Flush() {
+  if (store_) store_->Flush();
+}
+
+CacheStats CachedSource::Stats() const {
+  CacheStats st;
+  st.dram_used_bytes = dram_.used_bytes();
+  st.dram_budget_bytes = dram_.budget_bytes();
+  st.dram_entries = dram_.entries();
+  st.nvme_enabled = store_ != nullptr;
+  if (store_) st.nvme = store_->Stats();
+  st.served_dram_bytes = served_dram_.load();
+  st.served_nvme_bytes = served_nvme_.load();
+  st.served_upstream_bytes = served_upstream_.load();
+  st.hits_dram = hits_dram_.load();
+  st.hits_nvme = hits_nvme_.load();
+  st.misses = misses_.load();
+  st.upstream_fetched_chunks = fetched_.load();
+  st.upstream_calls = upstream_calls_.load();
+  st.joined_flights = joined_.load();
+  const auto& m = CacheMetrics::Get();
+  m.dram_used_bytes->Set(static_cast<double>(st.dram_used_bytes));
+  m.nvme_used_bytes->Set(static_cast<double>(st.nvme.segment_allocated_bytes + st.nvme.index_bytes));
+  return st;
+}
+
+std::string CacheStats::ToJson() const {
+  return fmt::format(
+      "{{\"dram_used_bytes\":{},\"dram_budget_bytes\":{},\"dram_entries\":{},\"nvme_enabled\":{},"
+      "\"nvme_budget_bytes\":{},\"nvme_segment_bytes\":{},\"nvme_segments\":{},\"nvme_allocated_bytes\":{},"
+      "\"nvme_index_bytes\":{},\"nvme_entries\":{},\"nvme_queued_bytes\":{},\"nvme_written_bytes\":{},"
+      "\"evicted_segments\":{},\"checksum_failures\":{},\"enospc_passthrough\":{},\"admission_declined\":{},"
+      "\"eviction\":\"{}\",\"io_uring\":{},"
+      "\"served_dram_bytes\":{},\"served_nvme_bytes\":{},\"served_upstream_bytes\":{},"
+      "\"hits_dram\":{},\"hits_nvme\":{},\"misses\":{},\"upstream_fetched_chunks\":{},\"upstream_calls\":{},"
+      "\"joined_flights\":{}}}",
+      dram_used_bytes, dram_budget_bytes, dram_entries, nvme_enabled, nvme.size_bytes, nvme.segment_bytes,
+      nvme.segments, nvme.segment_allocated_bytes, nvme.index_bytes, nvme.entries, nvme.queued_bytes,
+      nvme.written_bytes, nvme.evicted_segments, nvme.checksum_failures, nvme.enospc_passthrough,
+      nvme.admission_declined, nvme.policy, nvme.io_uring, served_dram_bytes, served_nvme_bytes,
+      served_upstream_bytes, hits_dram, hits_nvme, misses, upstream_fetched_chunks, upstream_calls, joined_flights);
+}
+
+}  // namespace shardcache::cache

@@ -1,0 +1,117 @@
+// CachedSource: the cache tiers as a ChunkSource — DRAM (dram_cache.h) and NVMe
+// (nvme_store.h) in front of an upstream ChunkSource (FileSource, GrpcSource, ...).
+//
+// ReadChunks, per chunk in order:  DRAM hit → chunk still in the NVMe write queue → NVMe hit
+// (io_uring batch, verified) → upstream. Upstream fetches are single-flight per chunk across
+// every caller of this CachedSource (16 concurrent readers of one cold chunk = 1 fetch), and a
+// run of consecutive misses this caller leads is fetched as ONE range call (up to
+// max_fetch_run_chunks). Fetched chunks are checked against the manifest hash, put in DRAM,
+// queued for the NVMe writer and delivered at the same time — the caller never waits for disk.
+//
+// Faults. Upstream dead or stalled: callers get the upstream's Unavailable/DeadlineExceeded at
+// their own deadline (followers of a stalled flight time out at theirs), while every chunk in
+// DRAM/NVMe keeps being served; the next read after the upstream returns fetches again. A
+// follower whose leader failed retries as leader while its deadline allows (at most 3 times).
+// Disk full: see nvme_store.h (evict, retry, then pass through without storing).
+// OpenDataset/GetSampleIndex remember the last manifest and sample indexes in the index DB, so
+// a restarted node serves its cached datasets while the upstream is unreachable.
+//
+// Clairvoyant eviction: the epoch planner hands the future read order to access_plan()
+// (see access_plan.h for positions and the clock); demand reads advance the clock.
+//
+// Thread safety: all methods are safe from any thread.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "daemon/cache/access_plan.h"
+#include "daemon/cache/cache_options.h"
+#include "daemon/cache/chunk_key.h"
+#include "daemon/cache/dram_cache.h"
+#include "daemon/cache/nvme_store.h"
+#include "daemon/source/chunk_source.h"
+#include "daemon/upstream/single_flight.h"
+
+namespace shardcache::cache {
+
+struct CacheStats {
+  uint64_t dram_used_bytes = 0;
+  uint64_t dram_budget_bytes = 0;
+  uint64_t dram_entries = 0;
+  bool nvme_enabled = false;
+  NvmeStats nvme;
+  uint64_t served_dram_bytes = 0;
+  uint64_t served_nvme_bytes = 0;
+  uint64_t served_upstream_bytes = 0;
+  uint64_t hits_dram = 0;
+  uint64_t hits_nvme = 0;
+  uint64_t misses = 0;
+  uint64_t upstream_fetched_chunks = 0;  // chunks fetched as flight leader
+  uint64_t upstream_calls = 0;           // range calls to upstream
+  uint64_t joined_flights = 0;           // chunks received from another caller's fetch
+
+  // One JSON object (for /status and `shardctl stat`).
+  std::string ToJson() const;
+};
+
+class CachedSource final : public ChunkSource {
+ public:
+  // Validates options, opens and recovers the NVMe tier (when size_bytes > 0) before returning.
+  static Result<std::unique_ptr<CachedSource>> Open(const CacheOptions& options,
+                                                    std::unique_ptr<ChunkSource> upstream);
+  ~CachedSource() override;
+
+  Result<std::vector<v1::DatasetSummary>> ListDatasets() override;
+  Result<DatasetPtr> OpenDataset(const std::string& name) override;
+  Result<std::string> GetSampleIndex(const DatasetPtr& dataset, uint32_t shard) override;
+  Status ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
+                    const ReadOptions& options, const ChunkSink& sink) override;
+
+  // Run-time changes (SIGHUP). Shrinking evicts at once while serving. Changing the NVMe size
+  // of a cache opened with size 0 is not possible (FailedPrecondition): that needs a restart.
+  Status SetSizeBytes(uint64_t size_bytes);
+  void SetMemoryBytes(uint64_t memory_bytes);
+  // Drops every cached chunk of every version of `dataset` this process has seen (and the
+  // upstream's current version, when reachable).
+  Status Evict(const std::string& dataset);
+  // Waits until every fetched chunk queued for NVMe is written and committed (tests, warm).
+  void Flush();
+
+  // Future access order for the clairvoyant policy (see access_plan.h).
+  AccessPlan& access_plan() { return plan_; }
+  void SetFutureAccessOrder(std::string_view version, uint64_t base_position,
+                            std::span<const ChunkRef> order) {
+    plan_.SetFutureAccessOrder(version, base_position, order);
+  }
+
+  CacheStats Stats() const;
+  ChunkSource& upstream() { return *upstream_; }
+
+ private:
+  enum class Tier { kNone, kDram, kNvme, kUpstream };
+  CachedSource(const CacheOptions& options, std::unique_ptr<ChunkSource> upstream);
+  // DRAM → write queue → NVMe for one chunk; nullptr on a miss.
+  ChunkPtr FindCached(const ChunkKey& key, uint64_t length, const Hash128& hash, Tier* tier);
+  void Account(Tier tier, uint64_t bytes);
+  void RememberVersion(const std::string& name, const std::string& version);
+
+  const CacheOptions options_;
+  const std::unique_ptr<ChunkSource> upstream_;
+  AccessPlan plan_;                          // before store_: the store's policy refers to it
+  DramCache dram_;
+  std::unique_ptr<NvmeStore> store_;         // null when size_bytes == 0
+  upstream::SingleFlight<ChunkKey, Result<ChunkPtr>, ChunkKeyHash> flights_;  // per chunk
+
+  mutable std::mutex mu_;
+  std::map<std::string, DatasetPtr> datasets_;                   // GUARDED_BY(mu_) last manifest per name
+  std::multimap<std::string, std::string> versions_seen_;        // GUARDED_BY(mu_) name → version
+
+  std::atomic<uint64_t> served_dram_{0}, served_nvme_{0}, served_upstream_{0}, hits_dram_{0},
+      hits_nvme_{0}, misses_{0}, fetched_{0}, upstream_calls_{0}, joined_{0};
+};
+
+}  // namespace shardcache::cache

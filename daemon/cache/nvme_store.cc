@@ -1,0 +1,719 @@
+#include "daemon/cache/nvme_store.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "daemon/cache/cache_metrics.h"
+#include "daemon/cache/io_reader.h"
+
+namespace shardcache::cache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// The cache directory and the index directory themselves (du counts their blocks).
+constexpr uint64_t kDirOverheadBytes = 8192;
+// Head-room for WAL and memtable flushes between two measurements of the index directory.
+constexpr uint64_t kIndexGrowthBytes = 8ull << 20;
+
+uint64_t NowUnixSeconds() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+NvmeStore::NvmeStore(const CacheOptions& options, std::unique_ptr<IndexDb> db, const AccessPlan* plan)
+    : options_(options),
+      db_(std::move(db)),
+      policy_(MakeEvictionPolicy(options.eviction, plan)),
+      size_bytes_(options.size_bytes) {}
+
+Result<std::unique_ptr<NvmeStore>> NvmeStore::Open(const CacheOptions& options, const AccessPlan* plan) {
+  SC_RETURN_IF_ERROR(options.Validate());
+  if (options.size_bytes == 0) return InvalidArgument("NvmeStore needs cache.size > 0");
+  if (options.eviction == EvictionPolicyKind::kClairvoyant && plan == nullptr) {
+    return InvalidArgument("clairvoyant eviction needs an access plan");
+  }
+  SC_RETURN_IF_ERROR(MakeDirs(options.dir));
+  SC_ASSIGN_OR_RETURN(auto db, IndexDb::Open(options.dir + "/index", options.index_block_cache_bytes));
+  std::unique_ptr<NvmeStore> store(new NvmeStore(options, std::move(db), plan));
+  SC_RETURN_IF_ERROR(store->Recover());
+  store->io_uring_ = IoReader::UsingIoUring(options.use_io_uring);
+  store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  store->EnforceLimits();
+  return store;
+}
+
+NvmeStore::~NvmeStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  writer_cv_.notify_all();
+  space_cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recovery
+
+Status NvmeStore::Recover() {
+  const auto t0 = Clock::now();
+  struct Rec {
+    SegmentRecord rec;
+    std::shared_ptr<SegmentFile> file;
+    bool good = false;
+  };
+  std::map<uint32_t, Rec> recs;
+  SC_RETURN_IF_ERROR(db_->ForEachSegment([&](uint32_t id, const SegmentRecord& r) { recs[id].rec = r; }));
+
+  // Segment files on disk: a readdir, not a scan of their contents.
+  std::set<uint32_t> files;
+  uint32_t max_id = 0;
+  if (DIR* d = opendir(options_.dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      uint32_t id;
+      if (SegmentFile::ParseName(e->d_name, &id)) {
+        files.insert(id);
+        max_id = std::max(max_id, id);
+      }
+    }
+    closedir(d);
+  } else {
+    return ErrnoStatus(errno, "listing cache directory " + options_.dir);
+  }
+  for (uint32_t id : files) {
+    if (recs.count(id) == 0) {
+      // Created but never committed (crash before the first group commit): nothing points in.
+      ::unlink(SegmentFile::PathFor(options_.dir, id).c_str());
+      ++recovery_.orphan_files;
+    }
+  }
+  std::vector<uint32_t> bad_segments;
+  for (auto& [id, r] : recs) {
+    max_id = std::max(max_id, id);
+    if (files.count(id) == 0) {
+      spdlog::warn("cache: segment {} is in the index but {} is missing; dropping its entries", id,
+                   SegmentFile::PathFor(options_.dir, id));
+      bad_segments.push_back(id);
+      continue;
+    }
+    auto file = SegmentFile::OpenExisting(options_.dir, id);
+    if (!file.ok()) {
+      spdlog::warn("cache: dropping segment {}: {}", id, file.status().ToString());
+      bad_segments.push_back(id);
+      continue;
+    }
+    if ((*file)->size_bytes() < r.rec.durable_bytes) {
+      spdlog::warn("cache: {} is {} bytes, shorter than its durable watermark {}; dropping it",
+                   (*file)->path(), (*file)->size_bytes(), r.rec.durable_bytes);
+      bad_segments.push_back(id);
+      continue;
+    }
+    r.file = std::move(*file);
+    r.good = true;
+  }
+  for (uint32_t id : bad_segments) {
+    SC_RETURN_IF_ERROR(db_->DropSegment(id));
+    ::unlink(SegmentFile::PathFor(options_.dir, id).c_str());
+    recs.erase(id);
+    ++recovery_.dropped_segments;
+  }
+
+  // Order segments by their persisted last access for LRU ticks.
+  std::vector<std::pair<uint64_t, uint32_t>> order;
+  for (auto& [id, r] : recs) order.emplace_back(r.rec.last_access_s, id);
+  std::sort(order.begin(), order.end());
+  for (auto& [when, id] : order) {
+    Segment seg;
+    seg.file = recs[id].file;
+    seg.write_offset = recs[id].rec.durable_bytes;
+    seg.durable_bytes = recs[id].rec.durable_bytes;
+    seg.sealed = true;
+    seg.last_tick = ++tick_;
+    seg.record_dirty = (recs[id].rec.flags & kSegmentSealed) == 0;
+    segments_.emplace(id, std::move(seg));
+  }
+
+  std::string estimate;
+  std::vector<EntryLocation> drop;
+  Status s = db_->ForEachEntry(
+      [&](const EntryLocation& loc, const EntryRecord& e) {
+        auto it = segments_.find(loc.segment);
+        const uint64_t extent = AlignUp(e.length, kDirectIoAlign);
+        if (it == segments_.end() || loc.offset % kDirectIoAlign != 0 || e.length == 0 ||
+            loc.offset + extent > it->second.durable_bytes) {
+          drop.push_back(loc);
+          return;
+        }
+        const ChunkKey key{Hash128{e.version_high, e.version_low}, e.shard, e.chunk};
+        const uint64_t fp = Fingerprint(key);
+        auto [pos, inserted] = index_.try_emplace(fp, Loc{loc.segment, e.length, loc.offset});
+        if (!inserted) {
+          // The same chunk stored twice (refetched after a drop): the later copy wins.
+          RemoveFingerprintLocked(fp, pos->second.segment);
+          pos->second = Loc{loc.segment, e.length, loc.offset};
+        }
+        it->second.fingerprints.push_back(fp);
+        ++recovery_.entries;
+      },
+      [&](const EntryLocation& loc) { drop.push_back(loc); });
+  SC_RETURN_IF_ERROR(s);
+  if (!drop.empty()) {
+    spdlog::warn("cache: dropping {} index entries that point past a durable watermark or into a missing segment",
+                 drop.size());
+    SC_RETURN_IF_ERROR(db_->DropEntries(drop));
+  }
+  recovery_.dropped_entries = drop.size();
+  recovery_.segments = segments_.size();
+  next_segment_id_ = max_id + 1;
+  measured_index_bytes_ = db_->DiskBytes();
+  recovery_.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  spdlog::info("cache: recovered {} chunks in {} segments from {} in {:.3f} s ({} entries and {} segments dropped, {} orphan files removed)",
+               recovery_.entries, recovery_.segments, options_.dir, recovery_.seconds,
+               recovery_.dropped_entries, recovery_.dropped_segments, recovery_.orphan_files);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads
+
+std::vector<ChunkPtr> NvmeStore::Lookup(std::span<const NvmeLookup> requests) {
+  const auto& m = CacheMetrics::Get();
+  std::vector<ChunkPtr> out(requests.size());
+  struct Job {
+    size_t index;
+    uint64_t fp;
+    Loc loc;
+    std::shared_ptr<SegmentFile> file;
+    AlignedBuffer buf;
+  };
+  std::vector<Job> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const uint64_t fp = Fingerprint(requests[i].key);
+      auto it = index_.find(fp);
+      if (it == index_.end()) continue;
+      auto seg = segments_.find(it->second.segment);
+      if (seg == segments_.end()) continue;
+      seg->second.last_tick = ++tick_;
+      seg->second.record_dirty = true;
+      jobs.push_back(Job{i, fp, it->second, seg->second.file, AlignedBuffer()});
+    }
+  }
+  if (jobs.empty()) {
+    misses_.fetch_add(requests.size(), std::memory_order_relaxed);
+    return out;
+  }
+  std::vector<ReadRequest> reads;
+  reads.reserve(jobs.size());
+  for (auto& j : jobs) {
+    j.buf = AlignedBuffer(AlignUp(j.loc.length, kDirectIoAlign));
+    reads.push_back(ReadRequest{j.file->fd(), j.loc.offset, j.buf.data(), j.buf.size(), &j.file->path(), Status()});
+  }
+  const auto t0 = Clock::now();
+  Status batch = IoReader::ReadBatch(reads, options_.use_io_uring);
+  m.nvme_read_seconds->Observe(std::chrono::duration<double>(Clock::now() - t0).count());
+  size_t hits = 0;
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    Job& j = jobs[k];
+    const NvmeLookup& want = requests[j.index];
+    if (!batch.ok() || !reads[k].status.ok()) {
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: reading chunk {} from {}: {}; dropping it",
+                          want.key.ToString(), j.file->path(),
+                          (batch.ok() ? reads[k].status : batch).ToString());
+      DropEntry(j.fp, j.loc);
+      continue;
+    }
+    j.buf.Resize(j.loc.length);
+    const Hash128 got = HashBytes(j.buf.data(), j.buf.size());
+    if (j.loc.length != want.length || got != want.hash) {
+      checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+      m.checksum_failures->Add();
+      SC_LOG_RATE_LIMITED(spdlog::level::err,
+                          "cache: chunk {} at {} offset {} failed verification (length {} want {}, "
+                          "hash {} want {}); dropped, will refetch",
+                          want.key.ToString(), j.file->path(), j.loc.offset, j.loc.length, want.length,
+                          got.ToHex(), want.hash.ToHex());
+      DropEntry(j.fp, j.loc);
+      continue;
+    }
+    auto chunk = std::make_shared<Chunk>();
+    chunk->bytes = std::move(j.buf);
+    chunk->hash = got;
+    out[j.index] = std::move(chunk);
+    ++hits;
+  }
+  hits_.fetch_add(hits, std::memory_order_relaxed);
+  misses_.fetch_add(requests.size() - hits, std::memory_order_relaxed);
+  return out;
+}
+
+ChunkPtr NvmeStore::Pending(const ChunkKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(key);
+  return it == pending_.end() ? nullptr : it->second;
+}
+
+void NvmeStore::DropEntry(uint64_t fp, const Loc& loc) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(fp);
+    if (it == index_.end() || !(it->second == loc)) return;  // already gone or replaced
+    index_.erase(it);
+    RemoveFingerprintLocked(fp, loc.segment);
+  }
+  Status s = db_->DropEntries({EntryLocation{loc.segment, loc.offset}});
+  if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: {}", s.ToString());
+}
+
+void NvmeStore::RemoveFingerprintLocked(uint64_t fp, uint32_t segment) {
+  auto seg = segments_.find(segment);
+  if (seg == segments_.end()) return;
+  auto& v = seg->second.fingerprints;
+  auto it = std::find(v.begin(), v.end(), fp);
+  if (it != v.end()) {
+    *it = v.back();
+    v.pop_back();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes
+
+bool NvmeStore::Insert(const ChunkKey& key, ChunkPtr chunk, Clock::time_point deadline) {
+  if (!chunk) return false;
+  const uint64_t bytes = chunk->bytes.size();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stop_ || index_.count(Fingerprint(key)) || pending_.count(key)) return false;
+  while (queue_bytes_ + bytes > options_.write_queue_bytes && !queue_.empty() && !stop_) {
+    if (space_cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      queue_full_dropped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  if (stop_ || index_.count(Fingerprint(key)) || pending_.count(key)) return false;
+  pending_.emplace(key, chunk);
+  queue_.push_back(QueueItem{key, std::move(chunk)});
+  queue_bytes_ += bytes;
+  lock.unlock();
+  writer_cv_.notify_one();
+  return true;
+}
+
+void NvmeStore::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  writer_cv_.notify_one();
+  idle_cv_.wait(lock, [&] { return stop_ || (queue_.empty() && !writer_busy_ && uncommitted_.empty()); });
+}
+
+void NvmeStore::WriterLoop() {
+  auto last_commit = Clock::now();
+  auto last_limits = Clock::now();
+  const auto interval = std::chrono::milliseconds(options_.commit_interval_ms);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (queue_.empty()) {
+      const bool have_work = !uncommitted_.empty();
+      if (have_work || stop_) {
+        writer_busy_ = true;
+        lock.unlock();
+        Commit();
+        last_commit = Clock::now();
+        lock.lock();
+        writer_busy_ = false;
+      }
+      idle_cv_.notify_all();
+      if (stop_ && queue_.empty()) break;
+      if (queue_.empty()) {
+        writer_cv_.wait_for(lock, std::chrono::seconds(1));
+        if (queue_.empty() && Clock::now() - last_limits > std::chrono::seconds(1)) {
+          // Idle: persist access times now and then, and give space back if the floor is hit.
+          bool dirty = false;
+          for (auto& [id, s] : segments_) dirty |= s.record_dirty;
+          writer_busy_ = true;
+          lock.unlock();
+          if (dirty && Clock::now() - last_commit > std::chrono::seconds(10)) {
+            Commit();
+            last_commit = Clock::now();
+          }
+          EnforceLimits();
+          last_limits = Clock::now();
+          lock.lock();
+          writer_busy_ = false;
+          idle_cv_.notify_all();
+        }
+      }
+      continue;
+    }
+    QueueItem item = std::move(queue_.front());
+    queue_.pop_front();
+    writer_busy_ = true;
+    lock.unlock();
+    StoreOne(item);
+    lock.lock();
+    auto p = pending_.find(item.key);
+    if (p != pending_.end() && p->second == item.chunk) pending_.erase(p);
+    queue_bytes_ -= item.chunk->bytes.size();
+    space_cv_.notify_all();
+    const bool commit_due = uncommitted_bytes_ >= options_.commit_bytes ||
+                            (!uncommitted_.empty() && Clock::now() - last_commit >= interval);
+    if (commit_due) {
+      lock.unlock();
+      Commit();
+      last_commit = Clock::now();
+      lock.lock();
+    }
+    writer_busy_ = false;
+  }
+}
+
+uint64_t NvmeStore::IndexAllowance(uint64_t measured) const {
+  return std::max(options_.EffectiveIndexReserve(), measured + kIndexGrowthBytes);
+}
+
+int64_t NvmeStore::HeadroomAboveFloor() const {
+  struct statvfs vfs;
+  if (statvfs(options_.dir.c_str(), &vfs) != 0) return INT64_MAX;
+  const double total = static_cast<double>(vfs.f_blocks) * vfs.f_frsize;
+  const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  const uint64_t floor = std::max<uint64_t>(static_cast<uint64_t>(options_.min_free_fraction * total),
+                                            options_.min_free_bytes);
+  return static_cast<int64_t>(avail) - static_cast<int64_t>(floor);
+}
+
+std::optional<uint32_t> NvmeStore::PickVictimLocked(std::optional<uint64_t> incoming) {
+  std::vector<SegmentSummary> sealed;
+  sealed.reserve(segments_.size());
+  for (const auto& [id, s] : segments_) {
+    if (id == open_segment_) continue;
+    sealed.push_back(SegmentSummary{id, s.last_tick, &s.fingerprints});
+  }
+  if (sealed.empty()) return std::nullopt;
+  return policy_->PickVictim(sealed, incoming);
+}
+
+std::shared_ptr<SegmentFile> NvmeStore::EvictLocked(uint32_t id) {
+  auto it = segments_.find(id);
+  if (it == segments_.end()) return nullptr;
+  for (uint64_t fp : it->second.fingerprints) {
+    auto e = index_.find(fp);
+    if (e != index_.end() && e->second.segment == id) index_.erase(e);
+  }
+  auto file = std::move(it->second.file);
+  segments_.erase(it);
+  if (open_segment_ == id) open_segment_ = 0;
+  evicted_segments_.fetch_add(1, std::memory_order_relaxed);
+  CacheMetrics::Get().evicted_segments->Add();
+  CacheMetrics::Get().evicted_bytes->Add(options_.segment_bytes);
+  return file;
+}
+
+void NvmeStore::DropFiles(const std::vector<std::shared_ptr<SegmentFile>>& files) {
+  for (const auto& f : files) {
+    if (!f) continue;
+    // Index first (synced), then the file: a crash in between leaves an orphan file, which
+    // start-up deletes, never an entry without its data.
+    Status s = db_->DropSegment(f->id());
+    if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: {}", s.ToString());
+    s = f->Unlink();
+    if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: {}", s.ToString());
+  }
+}
+
+bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
+  const uint64_t measured = db_->DiskBytes();
+  const int64_t headroom = HeadroomAboveFloor();
+  std::vector<std::shared_ptr<SegmentFile>> victims;
+  uint32_t id = 0;
+  bool declined = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    measured_index_bytes_ = measured;
+    if (open_segment_ != 0) {
+      auto& s = segments_[open_segment_];
+      if (s.write_offset + extent <= options_.segment_bytes) return true;
+      s.sealed = true;
+      s.record_dirty = true;
+      open_segment_ = 0;
+    }
+    if (Clock::now() < enospc_backoff_until_) {
+      enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
+      CacheMetrics::Get().enospc_passthrough->Add();
+      return false;
+    }
+    int64_t freed = 0;
+    while (true) {
+      const uint64_t allowance = IndexAllowance(measured);
+      const uint64_t need = (segments_.size() + 1) * options_.segment_bytes + allowance + kDirOverheadBytes;
+      const bool over_budget = need > size_bytes_;
+      const bool over_floor = headroom + freed < static_cast<int64_t>(options_.segment_bytes);
+      if (!over_budget && !over_floor) break;
+      std::optional<uint32_t> victim = PickVictimLocked(fp);
+      if (!victim) {
+        declined = true;
+        break;
+      }
+      victims.push_back(EvictLocked(*victim));
+      freed += static_cast<int64_t>(options_.segment_bytes);
+    }
+    if (!declined) id = next_segment_id_++;
+  }
+  DropFiles(victims);
+  if (declined) {
+    admission_declined_.fetch_add(1, std::memory_order_relaxed);
+    CacheMetrics::Get().admission_declined->Add();
+    return false;
+  }
+  auto file = SegmentFile::Create(options_.dir, id, options_.segment_bytes);
+  if (!file.ok() && file.status().code() == StatusCode::kResourceExhausted) {
+    // Disk full from outside: give one segment back and try once more.
+    std::shared_ptr<SegmentFile> victim;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto v = PickVictimLocked(std::nullopt)) victim = EvictLocked(*v);
+    }
+    if (victim) {
+      DropFiles({victim});
+      file = SegmentFile::Create(options_.dir, id, options_.segment_bytes);
+    }
+  }
+  if (!file.ok()) {
+    enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
+    CacheMetrics::Get().enospc_passthrough->Add();
+    SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: cannot allocate a segment ({}); serving without storing",
+                        file.status().ToString());
+    enospc_backoff_until_ = Clock::now() + std::chrono::seconds(1);
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Segment seg;
+  seg.file = std::move(*file);
+  seg.last_tick = ++tick_;
+  seg.record_dirty = true;
+  segments_.emplace(id, std::move(seg));
+  open_segment_ = id;
+  return true;
+}
+
+void NvmeStore::StoreOne(const QueueItem& item) {
+  const uint64_t length = item.chunk->bytes.size();
+  const uint64_t extent = AlignUp(length, kDirectIoAlign);
+  const uint64_t fp = Fingerprint(item.key);
+  if (extent > options_.segment_bytes || length == 0 || length > UINT32_MAX) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index_.count(fp)) return;
+  }
+  if (!EnsureOpenSegment(extent, fp)) return;
+  std::shared_ptr<SegmentFile> file;
+  uint32_t id;
+  uint64_t offset;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = open_segment_;
+    if (id == 0) return;
+    auto& s = segments_[id];
+    file = s.file;
+    offset = s.write_offset;
+    s.write_offset += extent;
+  }
+  // AlignedBuffer capacity is rounded up to 4 KiB, so the padded extent is readable; the pad
+  // bytes are never served (reads stop at the chunk length).
+  Status w = file->Write(item.chunk->bytes.data(), extent, offset);
+  if (!w.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = segments_.find(id);
+    if (it != segments_.end()) {
+      it->second.sealed = true;  // never write behind a failed extent
+      it->second.write_offset = offset;
+      if (open_segment_ == id) open_segment_ = 0;
+    }
+    if (w.code() == StatusCode::kResourceExhausted) {
+      enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
+      CacheMetrics::Get().enospc_passthrough->Add();
+    }
+    SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: storing chunk {}: {}; serving without storing",
+                        item.key.ToString(), w.ToString());
+    return;
+  }
+  written_bytes_.fetch_add(extent, std::memory_order_relaxed);
+  CacheMetrics::Get().written_bytes->Add(extent);
+  EntryRecord rec;
+  rec.length = static_cast<uint32_t>(length);
+  rec.version_high = item.key.version.high;
+  rec.version_low = item.key.version.low;
+  rec.shard = item.key.shard;
+  rec.chunk = item.key.chunk;
+  rec.hash_high = item.chunk->hash.high;
+  rec.hash_low = item.chunk->hash.low;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = segments_.find(id);
+  if (it == segments_.end()) return;  // evicted meanwhile (budget shrunk to nothing)
+  auto [pos, inserted] = index_.try_emplace(fp, Loc{id, static_cast<uint32_t>(length), offset});
+  if (!inserted) {
+    RemoveFingerprintLocked(fp, pos->second.segment);
+    pos->second = Loc{id, static_cast<uint32_t>(length), offset};
+  }
+  it->second.fingerprints.push_back(fp);
+  it->second.last_tick = ++tick_;
+  uncommitted_.push_back(EntryPut{id, offset, rec});
+  uncommitted_bytes_ += extent;
+}
+
+void NvmeStore::Commit() {
+  std::vector<EntryPut> entries;
+  std::vector<std::pair<uint32_t, SegmentRecord>> records;
+  std::vector<std::shared_ptr<SegmentFile>> to_sync;
+  const uint64_t now_s = NowUnixSeconds();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries.swap(uncommitted_);
+    uncommitted_bytes_ = 0;
+    std::set<uint32_t> with_data;
+    for (const auto& e : entries) with_data.insert(e.segment);
+    // Entries of segments evicted before their commit are dropped here.
+    entries.erase(std::remove_if(entries.begin(), entries.end(),
+                                 [&](const EntryPut& e) { return segments_.count(e.segment) == 0; }),
+                  entries.end());
+    for (auto& [id, s] : segments_) {
+      if (!s.record_dirty && with_data.count(id) == 0) continue;
+      if (with_data.count(id)) to_sync.push_back(s.file);
+      SegmentRecord r;
+      r.durable_bytes = s.write_offset;
+      r.last_access_s = now_s;
+      r.flags = s.sealed ? kSegmentSealed : 0;
+      records.emplace_back(id, r);
+      s.record_dirty = false;
+    }
+  }
+  if (entries.empty() && records.empty()) {
+    idle_cv_.notify_all();
+    return;
+  }
+  for (const auto& f : to_sync) {
+    Status s = f->Sync();
+    if (!s.ok()) {
+      SC_LOG_RATE_LIMITED(spdlog::level::err, "cache: {}; its new entries are not committed", s.ToString());
+      return;  // entries stay served from memory for this run, never become durable
+    }
+  }
+  Status s = db_->Commit(entries, records, /*sync=*/true);
+  if (!s.ok()) {
+    SC_LOG_RATE_LIMITED(spdlog::level::err, "cache: group commit of {} entries failed: {}", entries.size(),
+                        s.ToString());
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, r] : records) {
+    auto it = segments_.find(id);
+    if (it != segments_.end()) it->second.durable_bytes = std::max(it->second.durable_bytes, r.durable_bytes);
+  }
+}
+
+void NvmeStore::EnforceLimits() {
+  // Forced evictions while over the budget (after a shrink) or under the free-space floor.
+  while (true) {
+    const uint64_t measured = db_->DiskBytes();
+    const int64_t headroom = HeadroomAboveFloor();
+    std::shared_ptr<SegmentFile> victim;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      measured_index_bytes_ = measured;
+      const uint64_t used = segments_.size() * options_.segment_bytes + IndexAllowance(measured) + kDirOverheadBytes;
+      if (used <= size_bytes_ && headroom >= 0) break;
+      auto v = PickVictimLocked(std::nullopt);
+      if (!v) {
+        // Only the open segment is left: seal and drop it too when over.
+        if (open_segment_ == 0) break;
+        v = open_segment_;
+      }
+      victim = EvictLocked(*v);
+    }
+    DropFiles({victim});
+  }
+}
+
+void NvmeStore::SetSizeBytes(uint64_t size_bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_bytes_ = size_bytes;
+  }
+  CacheMetrics::Get().nvme_budget_bytes->Set(static_cast<double>(size_bytes));
+  EnforceLimits();
+}
+
+Status NvmeStore::EvictVersion(const Hash128& version) {
+  Flush();
+  std::vector<EntryLocation> drop;
+  std::vector<std::pair<uint64_t, Loc>> fps;
+  SC_RETURN_IF_ERROR(db_->ForEachEntry(
+      [&](const EntryLocation& loc, const EntryRecord& e) {
+        if (e.version_high != version.high || e.version_low != version.low) return;
+        drop.push_back(loc);
+        fps.emplace_back(Fingerprint(ChunkKey{version, e.shard, e.chunk}), Loc{loc.segment, e.length, loc.offset});
+      },
+      [](const EntryLocation&) {}));
+  std::vector<std::shared_ptr<SegmentFile>> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::set<uint32_t> touched;
+    for (const auto& [fp, loc] : fps) {
+      auto it = index_.find(fp);
+      if (it != index_.end() && it->second == loc) {
+        index_.erase(it);
+        RemoveFingerprintLocked(fp, loc.segment);
+        touched.insert(loc.segment);
+      }
+    }
+    for (uint32_t id : touched) {
+      auto it = segments_.find(id);
+      if (it != segments_.end() && it->second.fingerprints.empty() && id != open_segment_) {
+        victims.push_back(EvictLocked(id));
+      }
+    }
+  }
+  SC_RETURN_IF_ERROR(db_->DropEntries(drop));
+  DropFiles(victims);
+  return Status::Ok();
+}
+
+NvmeStats NvmeStore::Stats() const {
+  NvmeStats st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    st.size_bytes = size_bytes_;
+    st.segments = segments_.size();
+    st.entries = index_.size();
+    st.queued_bytes = queue_bytes_;
+    st.index_bytes = measured_index_bytes_;
+  }
+  st.segment_bytes = options_.segment_bytes;
+  st.segment_allocated_bytes = st.segments * options_.segment_bytes;
+  st.index_allowance_bytes = IndexAllowance(st.index_bytes);
+  st.written_bytes = written_bytes_.load();
+  st.hits = hits_.load();
+  st.misses = misses_.load();
+  st.evicted_segments = evicted_segments_.load();
+  st.checksum_failures = checksum_failures_.load();
+  st.enospc_passthrough = enospc_passthrough_.load();
+  st.admission_declined = admission_declined_.load();
+  st.queue_full_dropped = queue_full_dropped_.load();
+  st.io_uring = io_uring_;
+  st.policy = policy_->name();
+  return st;
+}
+
+}  // namespace shardcache::cache

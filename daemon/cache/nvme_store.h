@@ -1,0 +1,209 @@
+// NvmeStore: the NVMe tier — chunk bytes in preallocated segment files (segment_file.h), their
+// locations in a RocksDB index (index_db.h) mirrored by a compact in-memory map, whole-segment
+// eviction by a pluggable policy (eviction_policy.h), reads with io_uring + O_DIRECT
+// (io_reader.h), every read verified against the manifest hash.
+//
+// Write path (one writer thread, fed by Insert):
+//   1. append the chunk at the open segment's write offset (4 KiB aligned, O_DIRECT);
+//   2. publish it in the in-memory map (readers in this process may hit it at once);
+//   3. group commit: fdatasync the segment(s), then ONE synced RocksDB WriteBatch with the new
+//      entries and the raised durable watermark. Commits happen when commit_bytes are pending,
+//      when a segment is sealed, when the queue runs empty, or after commit_interval_ms.
+//   Data is therefore durable before its index entry; a crash loses at most the uncommitted
+//   tail, never leaves an entry pointing at torn bytes.
+//
+// Budget. Allocated bytes under `dir` = segments × segment_bytes (each fallocated to full size)
+// + the index directory + two directory inodes. A new segment is allocated only when
+//   (segments + 1) × segment_bytes + max(index_reserve, measured index + 8 MiB) + 8 KiB ≤ size
+// and the file system keeps its free-space floor; otherwise a victim segment is evicted
+// (policy decides; it may decline, and the chunk is then served but not stored). The index
+// allowance is the stated overhead: by default 8 MiB + size/512.
+//
+// Eviction of a segment: entries leave the map, one synced DeleteRange removes them from
+// RocksDB, then the file is unlinked (readers holding it keep their fd). ENOSPC while
+// allocating → one forced eviction and a retry, then pass-through (not stored) with a 1 s
+// back-off; RocksDB background errors → DB::Resume (index_db.cc).
+//
+// Start-up (Open) reads the index, not the segments: segment records and entries are
+// iterated, entries beyond a segment's durable watermark or in a missing/short file are
+// dropped, segment files without a record are deleted. Every surviving segment is sealed; new
+// chunks go to new segments. In-memory cost: one map node per chunk (~48 B) + 8 B in its
+// segment's list.
+//
+// Thread safety: all public methods are safe from any thread. mu_ guards the map, the segment
+// table and the queue; no file I/O or RocksDB call happens under it. Lock order: mu_ before
+// AccessPlan's lock (the clairvoyant policy reads the plan while mu_ is held).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/cache/access_plan.h"
+#include "daemon/cache/cache_options.h"
+#include "daemon/cache/chunk_key.h"
+#include "daemon/cache/eviction_policy.h"
+#include "daemon/cache/index_db.h"
+#include "daemon/cache/segment_file.h"
+#include "daemon/source/chunk_source.h"
+
+namespace shardcache::cache {
+
+struct NvmeLookup {
+  ChunkKey key;
+  uint64_t length = 0;   // expected chunk length (manifest)
+  Hash128 hash;          // expected hash (manifest)
+};
+
+struct RecoveryStats {
+  uint64_t segments = 0;
+  uint64_t entries = 0;
+  uint64_t dropped_entries = 0;    // beyond watermark, missing segment, malformed
+  uint64_t dropped_segments = 0;   // file missing or shorter than its watermark
+  uint64_t orphan_files = 0;       // segment files without a record (crash before first commit)
+  double seconds = 0;
+};
+
+struct NvmeStats {
+  uint64_t size_bytes = 0;          // budget
+  uint64_t segment_bytes = 0;
+  uint64_t segments = 0;
+  uint64_t segment_allocated_bytes = 0;
+  uint64_t index_bytes = 0;         // measured RocksDB directory
+  uint64_t index_allowance_bytes = 0;
+  uint64_t entries = 0;
+  uint64_t queued_bytes = 0;
+  uint64_t written_bytes = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t evicted_segments = 0;
+  uint64_t checksum_failures = 0;
+  uint64_t enospc_passthrough = 0;
+  uint64_t admission_declined = 0;
+  uint64_t queue_full_dropped = 0;
+  bool io_uring = false;
+  const char* policy = "";
+};
+
+class NvmeStore {
+ public:
+  // Opens or creates the tier in options.dir and recovers it (see above) before returning.
+  // `plan` must outlive the store; it may be null unless eviction is clairvoyant.
+  static Result<std::unique_ptr<NvmeStore>> Open(const CacheOptions& options, const AccessPlan* plan);
+  // Writes and commits everything still queued, then stops the writer.
+  ~NvmeStore();
+  NvmeStore(const NvmeStore&) = delete;
+  NvmeStore& operator=(const NvmeStore&) = delete;
+
+  // For each request the verified chunk, or nullptr on a miss. An entry that fails to read or
+  // verify is dropped (counted in checksum_failures) and reported as a miss.
+  std::vector<ChunkPtr> Lookup(std::span<const NvmeLookup> requests);
+  // A chunk still waiting in the write queue, or nullptr.
+  ChunkPtr Pending(const ChunkKey& key) const;
+
+  // Queues a verified chunk for writing; returns at once unless the queue holds more than
+  // write_queue_bytes, then waits until `deadline`. False when not queued (already stored or
+  // queued, deadline passed, store closing).
+  bool Insert(const ChunkKey& key, ChunkPtr chunk, std::chrono::steady_clock::time_point deadline);
+
+  // Waits until every chunk queued before the call is written and committed.
+  void Flush();
+
+  // New budget; shrinking evicts segments at once (policy's forced choice) while serving.
+  void SetSizeBytes(uint64_t size_bytes);
+  // Drops every entry of one dataset version; segments left empty are freed. Flushes first.
+  Status EvictVersion(const Hash128& version);
+
+  NvmeStats Stats() const;
+  const RecoveryStats& recovery() const { return recovery_; }
+  const std::string& dir() const { return options_.dir; }
+  // The RocksDB index, for small metadata blobs (manifests, sample indexes).
+  IndexDb& index_db() { return *db_; }
+
+ private:
+  struct Loc {
+    uint32_t segment;
+    uint32_t length;
+    uint64_t offset;
+    bool operator==(const Loc& o) const {
+      return segment == o.segment && length == o.length && offset == o.offset;
+    }
+  };
+  static_assert(sizeof(Loc) == 16);
+  struct Segment {
+    std::shared_ptr<SegmentFile> file;
+    std::vector<uint64_t> fingerprints;   // live chunks
+    uint64_t write_offset = 0;
+    uint64_t durable_bytes = 0;
+    uint64_t last_tick = 0;
+    bool sealed = false;
+    bool record_dirty = false;            // segment record must be rewritten at next commit
+  };
+  struct QueueItem {
+    ChunkKey key;
+    ChunkPtr chunk;
+  };
+
+  NvmeStore(const CacheOptions& options, std::unique_ptr<IndexDb> db, const AccessPlan* plan);
+  Status Recover();
+  void WriterLoop();
+  void StoreOne(const QueueItem& item);
+  // Makes sure a segment with room for `extent` bytes is open. Returns false when the chunk
+  // is not to be stored (declined, disk full). Takes and releases mu_ itself.
+  bool EnsureOpenSegment(uint64_t extent, uint64_t fingerprint);
+  void Commit();
+  // Floor/budget enforcement when idle: evicts (forced) while over.
+  void EnforceLimits();
+
+  // REQUIRES: mu_ held. Removes a segment from the table and the map; the caller passes the
+  // returned file to DropFiles after releasing mu_.
+  std::shared_ptr<SegmentFile> EvictLocked(uint32_t id);
+  std::optional<uint32_t> PickVictimLocked(std::optional<uint64_t> incoming);
+  void RemoveFingerprintLocked(uint64_t fp, uint32_t segment);
+  void DropFiles(const std::vector<std::shared_ptr<SegmentFile>>& files);
+  void DropEntry(uint64_t fp, const Loc& loc);
+  uint64_t IndexAllowance(uint64_t measured_index_bytes) const;
+  // Bytes the file system may still hand out before hitting the floor (may be negative).
+  int64_t HeadroomAboveFloor() const;
+
+  const CacheOptions options_;
+  const std::unique_ptr<IndexDb> db_;
+  const std::unique_ptr<EvictionPolicy> policy_;
+  RecoveryStats recovery_;
+
+  mutable std::mutex mu_;
+  std::condition_variable writer_cv_;   // queue non-empty or stop
+  std::condition_variable space_cv_;    // queue has room
+  std::condition_variable idle_cv_;     // writer idle and everything committed
+  uint64_t size_bytes_;                                          // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, Loc> index_;                      // GUARDED_BY(mu_)
+  std::map<uint32_t, Segment> segments_;                         // GUARDED_BY(mu_)
+  uint32_t open_segment_ = 0;   // 0 = none; ids start at 1      // GUARDED_BY(mu_)
+  uint32_t next_segment_id_ = 1;                                 // GUARDED_BY(mu_)
+  uint64_t tick_ = 0;                                            // GUARDED_BY(mu_)
+  std::vector<EntryPut> uncommitted_;                            // GUARDED_BY(mu_)
+  uint64_t uncommitted_bytes_ = 0;                               // GUARDED_BY(mu_)
+  std::deque<QueueItem> queue_;                                  // GUARDED_BY(mu_)
+  std::unordered_map<ChunkKey, ChunkPtr, ChunkKeyHash> pending_; // GUARDED_BY(mu_)
+  uint64_t queue_bytes_ = 0;                                     // GUARDED_BY(mu_)
+  bool writer_busy_ = false;                                     // GUARDED_BY(mu_)
+  bool stop_ = false;                                            // GUARDED_BY(mu_)
+  uint64_t measured_index_bytes_ = 0;                            // GUARDED_BY(mu_)
+  std::chrono::steady_clock::time_point enospc_backoff_until_{}; // writer thread only
+
+  std::atomic<uint64_t> written_bytes_{0}, hits_{0}, misses_{0}, evicted_segments_{0},
+      checksum_failures_{0}, enospc_passthrough_{0}, admission_declined_{0}, queue_full_dropped_{0};
+  bool io_uring_ = false;
+  std::thread writer_;
+};
+
+}  // namespace shardcache::cache
