@@ -23,22 +23,28 @@ class Problems {
  public:
   void Add(const std::string& key, const std::string& what, const toml::node* at = nullptr) {
     std::string line = key + ": " + what;
+    uint32_t at_line = kNoLine;
     if (at != nullptr && at->source().begin.line != 0) {
-      line += " (line " + std::to_string(at->source().begin.line) + ")";
+      at_line = at->source().begin.line;
+      line += " (line " + std::to_string(at_line) + ")";
     }
-    lines_.push_back(std::move(line));
+    lines_.push_back({at_line, std::move(line)});
   }
-  void AddRaw(std::string line) { lines_.push_back(std::move(line)); }
+  void AddRaw(std::string line) { lines_.push_back({0, std::move(line)}); }
   bool empty() const { return lines_.empty(); }
-  Status ToStatus(const std::string& where) const {
+  // Problems in file order (toml++ iterates keys sorted by name); cross-key ones last.
+  Status ToStatus(const std::string& where) {
+    std::stable_sort(lines_.begin(), lines_.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
     std::string m = where + ": " + std::to_string(lines_.size()) +
                     (lines_.size() == 1 ? " problem" : " problems");
-    for (const auto& l : lines_) m += "\n  " + l;
+    for (const auto& l : lines_) m += "\n  " + l.second;
     return InvalidArgument(m);
   }
 
  private:
-  std::vector<std::string> lines_;
+  static constexpr uint32_t kNoLine = ~0u;
+  std::vector<std::pair<uint32_t, std::string>> lines_;
 };
 
 std::string TypeName(const toml::node& n) {

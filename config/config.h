@@ -62,7 +62,7 @@ struct Config {
   struct Cache {
     std::string dir = "/var/cache/shardcache";
     uint64_t size_bytes = 0;                      // NVMe tier budget; 0 = no NVMe tier
-    uint64_t memory_size_bytes = 1ull << 30;      // DRAM tier budget; 0 = no DRAM tier
+    uint64_t memory_size_bytes = 256ull << 20;    // DRAM tier budget; 0 = no DRAM tier
     MinFree min_free;
     Eviction eviction = Eviction::kLru;
     uint64_t segment_size_bytes = 256ull << 20;   // NVMe segment file size
@@ -75,7 +75,7 @@ struct Config {
     uint32_t max_connections = 16;                // ceiling when adapting to the link
     std::chrono::milliseconds timeout{60000};     // deadline of one upstream call
     uint32_t retries = 5;                         // attempts after the first, jittered backoff
-    uint64_t prefetch_bytes = 1ull << 30;         // lookahead budget of planned prefetch
+    uint64_t prefetch_bytes = 256ull << 20;       // per-loader lookahead of planned prefetch
     bool operator==(const Fetch&) const = default;
   } fetch;
 
@@ -101,7 +101,7 @@ struct Config {
   struct Local {
     std::vector<uint32_t> allowed_uids;  // peers allowed on listen.socket (SO_PEERCRED)
     std::vector<uint32_t> allowed_gids;  // both empty = only the daemon's own uid and root
-    uint64_t arena_size_bytes = 1ull << 30;  // shared-memory arena per client
+    uint64_t arena_size_bytes = 512ull << 20;  // shared-memory arena per client
     uint32_t slots = 16;                     // batch slots per arena
     bool operator==(const Local&) const = default;
   } local;

@@ -1,0 +1,140 @@
+#include "daemon/admin/admin_server.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/metrics.h"
+
+namespace shardcache::admin {
+namespace {
+
+int HttpCodeFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return 200;
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kFailedPrecondition: return 409;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kUnavailable: return 503;
+    default: return 500;
+  }
+}
+
+metrics::Counter* RequestCounter(const std::string& path) {
+  return metrics::Registry::Global().GetCounter("shardcache_admin_requests_total",
+                                                "Requests to the admin HTTP endpoint", {{"path", path}});
+}
+
+}  // namespace
+
+Status SplitHostPort(const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return InvalidArgument("'" + address + "' is not host:port");
+  std::string h = address.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  try {
+    size_t used = 0;
+    *port = std::stoi(address.substr(colon + 1), &used);
+    if (used != address.size() - colon - 1 || *port < 0 || *port > 65535) throw std::out_of_range("port");
+  } catch (const std::exception&) {
+    return InvalidArgument("'" + address + "' has no valid port");
+  }
+  *host = h;
+  return Status::Ok();
+}
+
+AdminServer::AdminServer(AdminOptions options, AdminHandlers handlers)
+    : options_(std::move(options)), handlers_(std::move(handlers)) {
+  if (options_.gpu_metrics) nvml_ = std::make_unique<NvmlMetrics>();
+}
+
+AdminServer::~AdminServer() { Stop(); }
+
+void AdminServer::Route() {
+  auto& s = *server_;
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    static auto* requests = RequestCounter("/metrics");
+    requests->Add();
+    process_metrics_.Update();
+    if (nvml_) nvml_->Update();
+    res.set_content(metrics::Registry::Global().RenderPrometheus(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.Get("/status", [this](const httplib::Request&, httplib::Response& res) {
+    static auto* requests = RequestCounter("/status");
+    requests->Add();
+    process_metrics_.Update();
+    res.set_content(handlers_.status_json(), "application/json");
+  });
+  s.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+    const bool ready = handlers_.ready();
+    res.status = ready ? 200 : 503;
+    res.set_content(ready ? "ready\n" : "starting\n", "text/plain");
+  });
+  s.Post("/evict", [this](const httplib::Request& req, httplib::Response& res) {
+    static auto* requests = RequestCounter("/evict");
+    requests->Add();
+    nlohmann::json reply;
+    if (!req.has_param("dataset") || req.get_param_value("dataset").empty()) {
+      res.status = 400;
+      reply["error"] = "missing query parameter dataset=NAME";
+    } else {
+      const std::string dataset = req.get_param_value("dataset");
+      Status st = handlers_.evict(dataset);
+      res.status = HttpCodeFor(st.code());
+      reply["dataset"] = dataset;
+      if (st.ok()) {
+        reply["evicted"] = true;
+        spdlog::info("admin: evicted dataset '{}' on request from {}", dataset, req.remote_addr);
+      } else {
+        reply["evicted"] = false;
+        reply["error"] = st.ToString();
+      }
+    }
+    res.set_content(reply.dump() + "\n", "application/json");
+  });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    nlohmann::json reply;
+    reply["error"] = res.status == 404 ? "no such endpoint " + req.path +
+                                             " (try /metrics, /status, /ready, POST /evict?dataset=NAME)"
+                                       : "HTTP " + std::to_string(res.status);
+    res.set_content(reply.dump() + "\n", "application/json");
+  });
+}
+
+Status AdminServer::Start() {
+  std::string host;
+  int port = 0;
+  SC_RETURN_IF_ERROR(SplitHostPort(options_.listen, &host, &port).WithContext("listen.metrics"));
+  server_ = std::make_unique<httplib::Server>();
+  const int threads = options_.threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  Route();
+  if (port == 0) {
+    port_ = server_->bind_to_any_port(host);
+    if (port_ < 0) port_ = 0;
+  } else if (server_->bind_to_port(host, port)) {
+    port_ = port;
+  }
+  if (port_ == 0) {
+    server_.reset();
+    return Unavailable("listen.metrics: cannot bind " + options_.listen +
+                       " (address in use, or not an address of this host)");
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // httplib's stop() is a no-op until the listen loop runs; wait for it so that a Stop()
+  // right after Start() cannot leave the loop running forever.
+  while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  spdlog::info("admin HTTP on {}:{} (/metrics /status /ready /evict)", host, port_);
+  return Status::Ok();
+}
+
+void AdminServer::Stop() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+  server_.reset();
+}
+
+}  // namespace shardcache::admin

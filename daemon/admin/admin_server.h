@@ -1,0 +1,76 @@
+// AdminServer: the daemon's operator-facing HTTP endpoint on `listen.metrics` (cpp-httplib).
+//
+//   GET  /metrics               Prometheus text format 0.0.4: every metric in
+//                               metrics::Registry::Global(), refreshed process and GPU gauges.
+//   GET  /status                JSON status document (health, upstream, tiers, datasets, clients),
+//                               produced by the daemon's StatusJson handler.
+//   POST /evict?dataset=NAME    drops a dataset's chunks from the cache tiers; JSON reply.
+//   GET  /ready                 200 once the daemon is ready (recovery done, servers up), else 503
+//                               (a readiness probe for Kubernetes).
+//
+// The endpoint is unauthenticated: keep it on loopback or behind a firewall (the default
+// listen.metrics is 127.0.0.1:9750).
+//
+// Thread safety: Start()/Stop() from one controlling thread. Requests run on httplib's worker
+// threads and call the handlers concurrently; handlers must be thread-safe.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "daemon/admin/nvml_metrics.h"
+#include "daemon/admin/process_metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace shardcache::admin {
+
+struct AdminOptions {
+  // "host:port" or "[v6]:port". Default: 127.0.0.1:9750.
+  std::string listen = "127.0.0.1:9750";
+  // Worker threads serving requests. Default: 4 (scrapes and shardctl are rare and small).
+  int threads = 4;
+  // Load NVML for GPU metrics when present. Default: true.
+  bool gpu_metrics = true;
+};
+
+struct AdminHandlers {
+  std::function<std::string()> status_json;                  // required
+  std::function<Status(const std::string& dataset)> evict;   // required
+  std::function<bool()> ready;                               // required
+};
+
+class AdminServer {
+ public:
+  AdminServer(AdminOptions options, AdminHandlers handlers);
+  ~AdminServer();  // Stop()
+  AdminServer(const AdminServer&) = delete;
+  AdminServer& operator=(const AdminServer&) = delete;
+
+  // Binds and starts serving. Unavailable naming the address when it cannot be bound;
+  // InvalidArgument when it is not host:port.
+  Status Start();
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  void Route();
+
+  const AdminOptions options_;
+  const AdminHandlers handlers_;
+  std::unique_ptr<httplib::Server> server_;
+  ProcessMetrics process_metrics_;
+  std::unique_ptr<NvmlMetrics> nvml_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// Splits "host:port" / "[v6]:port" into host (without brackets) and port.
+Status SplitHostPort(const std::string& address, std::string* host, int* port);
+
+}  // namespace shardcache::admin

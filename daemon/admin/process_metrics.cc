@@ -1,0 +1,62 @@
+#include "daemon/admin/process_metrics.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace shardcache::admin {
+
+ProcessMetrics::ProcessMetrics(metrics::Registry& r)
+    : resident_bytes_(r.GetGauge("shardcache_process_resident_bytes", "Resident set size of the daemon")),
+      virtual_bytes_(r.GetGauge("shardcache_process_virtual_bytes", "Virtual memory size of the daemon")),
+      cpu_seconds_(r.GetGauge("shardcache_process_cpu_seconds", "User + system CPU time used by the daemon")),
+      uptime_seconds_(r.GetGauge("shardcache_process_uptime_seconds", "Seconds since the daemon started")),
+      open_fds_(r.GetGauge("shardcache_process_open_fds", "Open file descriptors of the daemon")),
+      threads_(r.GetGauge("shardcache_process_threads", "Threads of the daemon")) {}
+
+void ProcessMetrics::Update() {
+  uptime_seconds_->Set(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  {
+    std::ifstream statm("/proc/self/statm");
+    double size_pages = 0, resident_pages = 0;
+    if (statm >> size_pages >> resident_pages) {
+      virtual_bytes_->Set(size_pages * page);
+      resident_bytes_->Set(resident_pages * page);
+    }
+  }
+  {
+    // /proc/self/stat: "pid (comm) state ..." — comm may hold spaces, so parse after the last ')'.
+    std::ifstream stat("/proc/self/stat");
+    std::string all((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t close = all.rfind(')');
+    if (close != std::string::npos) {
+      std::istringstream in(all.substr(close + 2));
+      std::string field;
+      // Fields after comm start at 3 (state); utime is 14, stime 15, num_threads 20.
+      double utime = 0, stime = 0, nthreads = 0;
+      for (int i = 3; i <= 20 && (in >> field); ++i) {
+        if (i == 14) utime = std::stod(field);
+        if (i == 15) stime = std::stod(field);
+        if (i == 20) nthreads = std::stod(field);
+      }
+      if (ticks > 0) cpu_seconds_->Set((utime + stime) / ticks);
+      threads_->Set(nthreads);
+    }
+  }
+  if (DIR* d = opendir("/proc/self/fd")) {
+    int n = 0;
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') ++n;
+    }
+    closedir(d);
+    open_fds_->Set(n - 1);  // minus the descriptor of this very listing
+  }
+}
+
+}  // namespace shardcache::admin

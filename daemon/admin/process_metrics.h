@@ -1,0 +1,29 @@
+// ProcessMetrics: gauges describing the daemon process itself (resident memory, CPU time,
+// uptime, open descriptors), refreshed from /proc each time /metrics is scraped.
+//
+// Thread safety: Update() may be called from any thread; the gauges are atomics.
+#pragma once
+
+#include <chrono>
+
+#include "common/metrics.h"
+
+namespace shardcache::admin {
+
+class ProcessMetrics {
+ public:
+  explicit ProcessMetrics(metrics::Registry& registry = metrics::Registry::Global());
+  // Reads /proc/self and sets the gauges. Values that cannot be read keep their last value.
+  void Update();
+
+ private:
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  metrics::Gauge* resident_bytes_;
+  metrics::Gauge* virtual_bytes_;
+  metrics::Gauge* cpu_seconds_;
+  metrics::Gauge* uptime_seconds_;
+  metrics::Gauge* open_fds_;
+  metrics::Gauge* threads_;
+};
+
+}  // namespace shardcache::admin

@@ -1,0 +1,68 @@
+#include "daemon/admin/systemd_notifier.h"
+
+#include <spdlog/spdlog.h>
+
+#if SC_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+namespace shardcache::admin {
+
+SystemdNotifier::SystemdNotifier() {
+#if SC_HAVE_SYSTEMD
+  uint64_t usec = 0;
+  // unset_environment = 0: child processes are none of our business, keep it simple.
+  if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
+    watchdog_interval_ = std::chrono::microseconds(usec / 2);
+    spdlog::info("systemd watchdog: pinging every {} ms", watchdog_interval_.count() / 1000);
+  }
+#else
+  spdlog::info("built without libsystemd: no sd_notify readiness or watchdog pings");
+#endif
+}
+
+SystemdNotifier::~SystemdNotifier() { EndStartupKeepAlive(); }
+
+void SystemdNotifier::Notify(const std::string& message) {
+#if SC_HAVE_SYSTEMD
+  const int rc = sd_notify(0, message.c_str());
+  if (rc < 0) spdlog::warn("sd_notify({}) failed: {}", message, strerror(-rc));
+#else
+  (void)message;
+#endif
+}
+
+void SystemdNotifier::Ready(const std::string& status) { Notify("READY=1\nSTATUS=" + status); }
+void SystemdNotifier::Stopping() { Notify("STOPPING=1\nSTATUS=stopping"); }
+void SystemdNotifier::Status(const std::string& status) { Notify("STATUS=" + status); }
+void SystemdNotifier::WatchdogPing() {
+  if (watchdog_enabled()) Notify("WATCHDOG=1");
+}
+
+void SystemdNotifier::BeginStartupKeepAlive(std::chrono::milliseconds period) {
+  EndStartupKeepAlive();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keeper_stop_ = false;
+  }
+  keeper_ = std::thread([this, period] {
+    const auto extend_us = std::chrono::duration_cast<std::chrono::microseconds>(period * 3).count();
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!keeper_stop_) {
+      Notify("EXTEND_TIMEOUT_USEC=" + std::to_string(extend_us));
+      WatchdogPing();
+      cv_.wait_for(lock, period, [this] { return keeper_stop_; });
+    }
+  });
+}
+
+void SystemdNotifier::EndStartupKeepAlive() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keeper_stop_ = true;
+  }
+  cv_.notify_all();
+  if (keeper_.joinable()) keeper_.join();
+}
+
+}  // namespace shardcache::admin

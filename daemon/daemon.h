@@ -1,0 +1,95 @@
+// Daemon: one shardcached process — the composition of the pipeline stages a config asks for,
+// in the order bytes travel:
+//
+//   upstream source ──▶ [CachedSource: DRAM + NVMe]  ──▶ Origin gRPC server  (listen.origin)
+//   (file:// | grpc://)   only when cache.size > 0 or      └▶ LocalService     (listen.socket)
+//                         cache.memory_size > 0
+//   + AdminServer (listen.metrics): /metrics /status /ready /evict
+//
+// The admin endpoint starts first so that /ready (503) and /metrics are observable while a
+// long cache recovery runs; everything else starts in data-flow order, and a failure stops
+// what was started, in reverse. Each stage is built from the config by one small function in
+// daemon.cc; a stage whose component is not part of this build refuses its config key with a
+// clear error rather than pretending.
+//
+// Reload: ApplyReload() takes a newly read, already validated Config and applies the keys that
+// can change at run time (config::ReloadableDiff), through setters on the components. Other
+// changed keys are reported to the caller, which warns; the running config keeps their old
+// values so the next reload compares against what actually runs.
+//
+// Thread safety: Start(), Stop() and ApplyReload() from one controlling thread (main).
+// StatusJson(), EvictDataset() and ready() from any thread (the admin server's workers).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "config/config.h"
+#include "daemon/source/chunk_source.h"
+
+namespace shardcache::admin {
+class AdminServer;
+}
+
+namespace shardcache::daemon {
+
+class Daemon {
+ public:
+  explicit Daemon(config::Config config);
+  ~Daemon();  // Stop()
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Builds and starts every configured stage. `progress` receives short human-readable lines
+  // ("recovering cache index", "serving") for systemd's STATUS=. On failure everything
+  // started is stopped again and the status names the stage and key at fault.
+  Status Start(const std::function<void(const std::string&)>& progress = {});
+  // Graceful: stops accepting, lets in-flight requests end, then tears down in reverse order.
+  void Stop();
+
+  // What ApplyReload did.
+  struct ReloadOutcome {
+    std::vector<std::string> applied;      // reloadable keys now in effect
+    std::vector<std::string> not_applied;  // changed keys that need a restart
+    std::vector<std::string> failed;       // "key: why" for reloadable keys a setter refused
+  };
+  ReloadOutcome ApplyReload(const config::Config& loaded);
+
+  // The /status document (see admin_server.h), as JSON.
+  std::string StatusJson() const;
+  // Drops every cached chunk of `dataset` (all versions). FailedPrecondition when there is no
+  // cache tier.
+  Status EvictDataset(const std::string& dataset);
+  bool ready() const { return ready_.load(std::memory_order_acquire); }
+
+  // The config in effect (reloaded keys included). Controlling thread only.
+  const config::Config& config() const { return config_; }
+  // Port the admin server bound (useful with port 0 in tests); 0 when off.
+  int admin_port() const;
+
+ private:
+  Status StartAdmin();
+  Status BuildUpstream();
+  Status BuildCache(const std::function<void(const std::string&)>& progress);
+  Status StartOrigin();
+  Status StartLocal();
+
+  config::Config config_;
+  mutable std::mutex reload_mu_;  // guards the reloadable fields of config_ read by StatusJson
+  const std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();
+  std::atomic<bool> ready_{false};
+
+  // The pipeline stages, with the components' concrete types (defined in daemon.cc so this
+  // header does not pull in gRPC, RocksDB and the serving code).
+  struct Parts;
+  std::unique_ptr<Parts> parts_;
+  std::unique_ptr<admin::AdminServer> admin_;
+};
+
+}  // namespace shardcache::daemon

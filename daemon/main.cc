@@ -1,0 +1,135 @@
+// shardcached: the shardcache daemon. One binary for every role (origin, city-local middle
+// tier, GPU node); the config file decides which (see config/shardcached.toml).
+//
+//   shardcached --config /etc/shardcache/shardcached.toml [--check]
+//
+// Exit codes: 0 clean stop (or --check passed), 1 failure at start or run time, 2 bad command
+// line or bad config — reported before anything is bound, every problem at once.
+//
+// Signals: SIGTERM / SIGINT stop gracefully; SIGHUP re-reads the config file (see Reload
+// below). They are blocked in every thread and taken synchronously by the main loop with
+// sigtimedwait, which also paces the systemd watchdog pings.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/log.h"
+#include "config/config.h"
+#include "daemon/admin/systemd_notifier.h"
+#include "daemon/daemon.h"
+
+namespace {
+
+using shardcache::config::Config;
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// SIGHUP: an invalid new file is refused and the running config stays; changed keys that need
+// a restart get a warning naming them; the reloadable ones are applied.
+void Reload(const std::string& path, shardcache::daemon::Daemon& daemon,
+            shardcache::admin::SystemdNotifier& notifier) {
+  spdlog::info("SIGHUP: re-reading {}", path);
+  auto loaded = shardcache::config::LoadConfig(path);
+  if (!loaded.ok()) {
+    spdlog::error("reload refused, the running configuration stays: {}", loaded.status().message());
+    return;
+  }
+  const auto outcome = daemon.ApplyReload(*loaded);
+  if (!outcome.not_applied.empty()) {
+    spdlog::warn("reload: changed keys that need a restart were NOT applied: {}", Join(outcome.not_applied));
+  }
+  for (const auto& f : outcome.failed) spdlog::error("reload: {}", f);
+  if (!outcome.applied.empty()) spdlog::info("reload: applied {}", Join(outcome.applied));
+  if (outcome.applied.empty() && outcome.not_applied.empty() && outcome.failed.empty()) {
+    spdlog::info("reload: configuration unchanged");
+  }
+  notifier.Status("serving (reloaded)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardcached — node-local caching daemon for remote training datasets"};
+  std::string config_path;
+  bool check_only = false;
+  app.add_option("-c,--config", config_path, "TOML config file (e.g. /etc/shardcache/shardcached.toml)")
+      ->required();
+  app.add_flag("--check", check_only, "validate the config, print every problem, and exit (0 ok, 2 bad)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  // Validate before anything is bound or started: a bad config is exit code 2.
+  auto loaded = shardcache::config::LoadConfig(config_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "shardcached: bad config %s\n", loaded.status().message().c_str());
+    return 2;
+  }
+  if (check_only) {
+    std::printf("%s: OK (upstream %s)\n", config_path.c_str(), loaded->upstream.c_str());
+    return 0;
+  }
+  if (auto s = shardcache::SetupLogging(loaded->log.level); !s.ok()) {
+    std::fprintf(stderr, "shardcached: log.level: %s\n", s.message().c_str());
+    return 2;
+  }
+
+  // Block the signals we handle before any thread exists, so every thread inherits the mask
+  // and only the main loop's sigtimedwait receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A closed downstream socket must be an error return, not a process kill.
+  signal(SIGPIPE, SIG_IGN);
+
+  shardcache::admin::SystemdNotifier notifier;
+  shardcache::daemon::Daemon daemon(*loaded);
+  spdlog::info("shardcached starting: config {}", config_path);
+  notifier.BeginStartupKeepAlive();
+  const shardcache::Status started = daemon.Start([&](const std::string& s) { notifier.Status(s); });
+  notifier.EndStartupKeepAlive();
+  if (!started.ok()) {
+    std::fprintf(stderr, "shardcached: %s\n", started.ToString().c_str());
+    return 1;
+  }
+  notifier.Ready("serving");
+
+  // Wake at least every half watchdog interval (or once a second) to ping systemd.
+  const auto tick = notifier.watchdog_enabled()
+                        ? std::min<std::chrono::microseconds>(notifier.watchdog_interval(), std::chrono::seconds(1))
+                        : std::chrono::microseconds(std::chrono::seconds(1));
+  auto next_ping = std::chrono::steady_clock::now();
+  for (;;) {
+    if (notifier.watchdog_enabled() && std::chrono::steady_clock::now() >= next_ping) {
+      notifier.WatchdogPing();
+      next_ping = std::chrono::steady_clock::now() + notifier.watchdog_interval();
+    }
+    timespec ts{static_cast<time_t>(tick.count() / 1000000), static_cast<long>(tick.count() % 1000000) * 1000};
+    siginfo_t info;
+    const int sig = sigtimedwait(&signals, &info, &ts);
+    if (sig == SIGHUP) {
+      Reload(config_path, daemon, notifier);
+    } else if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("{}: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      break;
+    }
+    // -1: timeout (EAGAIN) or EINTR; loop to ping and wait again.
+  }
+  notifier.Stopping();
+  daemon.Stop();
+  spdlog::info("shardcached stopped");
+  return 0;
+}
