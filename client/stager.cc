@@ -240,7 +240,8 @@ Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
   s->pool_ = std::move(pool);
 
   if (options.arena != nullptr && !options.force_bounce) {
-    auto reg = gpu::HostRegistration::Register(device, options.arena, options.arena_bytes);
+    auto reg = gpu::HostRegistration::Register(device, options.arena, options.arena_bytes,
+                                                  options.arena_read_only);
     if (reg.ok()) {
       s->registration_ = std::move(*reg);
     } else {
@@ -288,7 +289,7 @@ Stager::~Stager() {
 
 void Stager::StopWorker() {
   stop_.store(true);
-  pool_->Stop();
+  if (pool_) pool_->Stop();  // null when Create failed part way
   // The worker may be inside the source; it returns once the source does.
   if (worker_.joinable()) worker_.join();
 }

@@ -376,7 +376,8 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
 
 // ---- HostRegistration --------------------------------------------------------------------
 
-Result<HostRegistration> HostRegistration::Register(const Device& device, void* data, size_t bytes) {
+Result<HostRegistration> HostRegistration::Register(const Device& device, void* data, size_t bytes,
+                                                     bool read_only) {
   if (data == nullptr || bytes == 0) return InvalidArgument("cannot register an empty host range");
   HostRegistration r;
   r.device_ = device;
@@ -384,7 +385,8 @@ Result<HostRegistration> HostRegistration::Register(const Device& device, void* 
   if (device.is_cuda()) {
     SC_RETURN_IF_ERROR(device.MakeCurrent());
     // Portable: the pinning holds for every device, so ranks sharing an arena may use any GPU.
-    cudaError_t err = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
+    unsigned flags = cudaHostRegisterPortable | (read_only ? cudaHostRegisterReadOnly : 0u);
+    cudaError_t err = cudaHostRegister(data, bytes, flags);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return CudaStatus(err, "cudaHostRegister(" + std::to_string(bytes) + " bytes)");

@@ -189,7 +189,10 @@ class HostRegistration {
  public:
   // Fails (the caller falls back to a bounce pool) when the range cannot be pinned, e.g. under
   // a low RLIMIT_MEMLOCK or for memory the driver does not support.
-  static Result<HostRegistration> Register(const Device& device, void* data, size_t bytes);
+  // read_only: the range is mapped without PROT_WRITE (cudaHostRegisterReadOnly; the device
+  // must report cudaDevAttrHostRegisterReadOnlySupported, as Hopper does).
+  static Result<HostRegistration> Register(const Device& device, void* data, size_t bytes,
+                                           bool read_only = false);
   HostRegistration() = default;
   ~HostRegistration();
   HostRegistration(HostRegistration&& other) noexcept;

@@ -43,6 +43,7 @@
 #include <optional>
 #include <span>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "common/status.h"
@@ -91,6 +92,8 @@ struct StagerOptions {
   // nullptr: no registration, every batch goes through the bounce pool.
   void* arena = nullptr;
   uint64_t arena_bytes = 0;
+  // The arena is mapped PROT_READ (libshardcache's is): register with cudaHostRegisterReadOnly.
+  bool arena_read_only = false;
   // Use the bounce pool even when the arena could be registered (tests, benchmark baseline).
   bool force_bounce = false;
   // Device-memory tier: kept off unless budget_bytes covers share_bytes.
@@ -152,6 +155,53 @@ class DeviceBatch {
   std::vector<int64_t> sample_ids_;
   std::vector<uint64_t> sample_offsets_;
 };
+
+// Adapts a libshardcache Loader (shardcache/client.h) into a HostBatchSource: each Batch
+// becomes a HostBatch whose release returns the arena slot (Batch::Release) from the stager's
+// release thread; OutOfRange ("end of epoch") ends the epoch. A template so that this header
+// needs neither client.h nor its library; any type with Loader's Next()/Batch shape works.
+// REQUIRES: loader outlives the epoch being staged.
+template <typename LoaderT>
+HostBatchSource SourceFromLoader(LoaderT& loader) {
+  return [&loader]() -> Result<std::optional<HostBatch>> {
+    auto next = loader.Next();
+    if (!next.ok()) {
+      if (next.status().code() == StatusCode::kOutOfRange) return std::optional<HostBatch>();
+      return next.status();
+    }
+    // std::function needs a copyable callable: share the move-only Batch.
+    auto batch = std::make_shared<std::decay_t<decltype(*next)>>(std::move(*next));
+    HostBatch hb;
+    hb.data = batch->data();
+    hb.bytes = batch->payload_bytes();
+    hb.records = batch->size();
+    hb.record_bytes = batch->record_bytes();
+    hb.sample_ids.assign(batch->sample_ids().begin(), batch->sample_ids().end());
+    if (hb.record_bytes == 0) {
+      uint64_t off = 0;
+      for (size_t i = 0; i < batch->size(); ++i) {
+        // Samples lie back to back in batch order (client.h).
+        hb.sample_offsets.push_back(off);
+        hb.sample_lengths.push_back(batch->sample(i).size);
+        off += batch->sample(i).size;
+      }
+    }
+    hb.release = [batch] { (void)batch->Release(); };
+    return std::optional<HostBatch>(std::move(hb));
+  };
+}
+
+// StagerOptions for a connected libshardcache Client: its arena (registered read-only, as the
+// client maps it) and slot size. Set depth, conversion, device tier and record_bytes on top.
+template <typename ClientT>
+StagerOptions StagerOptionsForClient(const ClientT& client) {
+  StagerOptions o;
+  o.arena = const_cast<uint8_t*>(client.arena_data());
+  o.arena_bytes = client.arena_bytes();
+  o.arena_read_only = true;
+  o.max_batch_bytes = client.slot_bytes();
+  return o;
+}
 
 class Stager {
  public:
