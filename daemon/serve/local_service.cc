@@ -160,6 +160,10 @@ Status LocalService::Start() {
   if (!stop_event_.valid()) return ErrnoStatus(errno, "eventfd");
   started_ = true;
   accept_thread_ = std::thread([this] { AcceptLoop(); });
+  if (options_.observer) {
+    observer_stop_ = false;
+    observer_thread_ = std::thread([this] { ObserverLoop(); });
+  }
   spdlog::info("local service listening on {} (arena {} bytes in {} slots per client)", path,
                options_.arena_bytes, options_.slot_count);
   return Status::Ok();
@@ -171,6 +175,14 @@ void LocalService::Stop() {
   uint64_t one = 1;
   (void)!::write(stop_event_.get(), &one, sizeof(one));
   accept_thread_.join();
+  if (observer_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(observer_mu_);
+      observer_stop_ = true;
+    }
+    observer_cv_.notify_all();
+    observer_thread_.join();
+  }
   std::list<std::unique_ptr<Connection>> conns;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -277,12 +289,93 @@ Result<std::shared_ptr<SampleLocator>> LocalService::LocatorFor(const DatasetPtr
   return p;
 }
 
+std::string LocalService::PlanKey(const DatasetPtr& dataset, const plan::PlanOptions& o) {
+  return dataset->version + "/" + std::to_string(o.seed) + "/" + std::to_string(o.epoch) + "/" +
+         plan::ShuffleModeName(o.mode) + "/" + std::to_string(o.world_size) + "/" +
+         std::to_string(o.batch_size) + "/" + (o.drop_last ? "1" : "0") + "/" +
+         std::to_string(o.block_window_shards);
+}
+
+void LocalService::NoteLoaderForObserver(const std::string& plan_key, const DatasetPtr& dataset,
+                                         const std::shared_ptr<SampleLocator>& locator,
+                                         const std::shared_ptr<const plan::EpochPlan>& plan,
+                                         uint32_t rank, uint64_t start_index) {
+  {
+    std::lock_guard<std::mutex> l(observer_mu_);
+    PlanUse& u = plan_uses_[plan_key];
+    u.dataset = dataset;
+    u.locator = locator;
+    u.plan = plan;
+    auto [it, inserted] = u.rank_start.emplace(rank, start_index);
+    if (!inserted && start_index >= it->second) return;  // nothing new to report
+    it->second = std::min(it->second, start_index);
+    u.dirty = true;
+  }
+  observer_cv_.notify_all();
+}
+
+void LocalService::ObserverLoop() {
+  std::unique_lock<std::mutex> l(observer_mu_);
+  for (;;) {
+    observer_cv_.wait(l, [&] {
+      if (observer_stop_) return true;
+      for (auto& [k, u] : plan_uses_) if (u.dirty) return true;
+      return false;
+    });
+    if (observer_stop_) return;
+    // Let the other ranks of the job open before computing.
+    observer_cv_.wait_for(l, std::chrono::milliseconds(options_.observer_delay_ms),
+                          [&] { return observer_stop_; });
+    if (observer_stop_) return;
+    std::vector<PlanUse> todo;
+    for (auto it = plan_uses_.begin(); it != plan_uses_.end();) {
+      if (it->second.plan.expired()) {
+        it = plan_uses_.erase(it);
+        continue;
+      }
+      if (it->second.dirty) {
+        it->second.dirty = false;
+        todo.push_back(it->second);
+      }
+      ++it;
+    }
+    l.unlock();
+    for (const PlanUse& u : todo) {
+      auto plan = u.plan.lock();
+      auto locator = u.locator.lock();
+      if (!plan || !locator) continue;
+      const uint64_t w = plan->options().world_size;
+      uint64_t from = UINT64_MAX;
+      for (auto& [rank, start] : u.rank_start) from = std::min(from, start * w);
+      std::vector<ChunkAccess> order;
+      const uint64_t cb = u.dataset->manifest.chunk_bytes();
+      auto add = [&](uint64_t id) {
+        auto e = locator->Locate(id);
+        if (!e.ok() || e->length == 0) return;
+        for (uint64_t c = e->offset / cb; c <= (e->offset + e->length - 1) / cb; ++c) {
+          if (!order.empty() && order.back().shard == e->shard && order.back().chunk == c) continue;
+          order.push_back({e->shard, c});
+        }
+      };
+      for (uint64_t p = from; p < plan->used_positions(); ++p) {
+        if (u.rank_start.count(static_cast<uint32_t>(p % w))) add(plan->AtPosition(p));
+      }
+      auto next_opts = plan->options();
+      next_opts.epoch += 1;
+      if (auto next = plan::EpochPlan::Make(plan::LayoutOf(*u.dataset), next_opts); next.ok()) {
+        for (uint64_t p = 0; p < (*next)->used_positions(); ++p) {
+          if (u.rank_start.count(static_cast<uint32_t>(p % w))) add((*next)->AtPosition(p));
+        }
+      }
+      options_.observer(u.dataset, order);
+    }
+    l.lock();
+  }
+}
+
 Result<std::shared_ptr<const plan::EpochPlan>> LocalService::PlanFor(const DatasetPtr& dataset,
                                                                      const plan::PlanOptions& o) {
-  const std::string key = dataset->version + "/" + std::to_string(o.seed) + "/" +
-                          std::to_string(o.epoch) + "/" + plan::ShuffleModeName(o.mode) + "/" +
-                          std::to_string(o.world_size) + "/" + std::to_string(o.batch_size) + "/" +
-                          (o.drop_last ? "1" : "0") + "/" + std::to_string(o.block_window_shards);
+  const std::string key = PlanKey(dataset, o);
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto it = plans_.begin(); it != plans_.end();) {
@@ -415,10 +508,10 @@ void LocalService::Serve(Connection* c) {
         lo.rank = o.rank();
         lo.prefetch_batches = options_.prefetch_batches;
         lo.lookahead_bytes = options_.prefetch_lookahead_bytes;
-        lo.observer = options_.observer;
         const uint64_t id = next_loader_id_++;
         auto pipe = std::make_unique<LoaderPipeline>(id, *c->arena, assembler_, *loc, *p, lo,
                                                      o.samples_consumed());
+        if (options_.observer) NoteLoaderForObserver(PlanKey(*ds, po), *ds, *loc, *p, o.rank(), o.samples_consumed());
         auto* r = resp.mutable_open_loader();
         r->set_loader_id(id);
         r->set_version((*ds)->version);

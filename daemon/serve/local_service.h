@@ -25,12 +25,22 @@
 // one SampleLocator. Chunk reads go to the ChunkSource, whose cache tier single-flights them, so
 // the ranks of one job on one node fetch each chunk once.
 //
+// Future order: the plan fixes what every loader reads next, so the service tells the cache.
+// Ranks of one job are strided over the job's global order (daemon/plan), so the node's reads
+// for a job follow the global order restricted to the ranks open on this node. For each plan
+// in use, a background thread reports (to options.observer) the chunk order of the rest of
+// the epoch from the earliest local loader's position, followed by the whole next epoch
+// (epoch + 1, same parameters), consecutive repeats collapsed. Reports are coalesced over
+// observer_delay_ms and repeated when another rank of the same plan opens. The daemon wires it
+// to CachedSource::SetFutureAccessOrder(version, access_plan().Now(version), order).
+//
 // Thread safety: Start() and Stop() from one controlling thread; the rest is internal.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -78,8 +88,12 @@ struct LocalServiceOptions {
   // Connections beyond this are refused with ResourceExhausted. Default: 256.
   uint32_t max_connections = 256;
   BatchAssemblerOptions assembler;
-  // Receives every loader's future chunk order (the cache's clairvoyant policy). Optional.
+  // Receives the node's future chunk order per dataset, for the cache's clairvoyant policy.
+  // Optional. See "Future order" above for what is reported and when.
   AccessOrderObserver observer;
+  // Delay that coalesces loader openings (the ranks of a job start together) into one report.
+  // Default: 200 ms.
+  uint32_t observer_delay_ms = 200;
 };
 
 class LocalService {
@@ -113,6 +127,13 @@ class LocalService {
   Result<std::shared_ptr<const plan::EpochPlan>> PlanFor(const DatasetPtr& dataset,
                                                          const plan::PlanOptions& o);
   void ReapFinished();
+  // Registers a loader's plan use for the access-order report.
+  void NoteLoaderForObserver(const std::string& plan_key, const DatasetPtr& dataset,
+                             const std::shared_ptr<SampleLocator>& locator,
+                             const std::shared_ptr<const plan::EpochPlan>& plan, uint32_t rank,
+                             uint64_t start_index);
+  void ObserverLoop();
+  static std::string PlanKey(const DatasetPtr& dataset, const plan::PlanOptions& o);
 
   ChunkSource& source_;
   const LocalServiceOptions options_;
@@ -129,6 +150,20 @@ class LocalService {
   bool stopping_ = false;                               // GUARDED_BY(mu_)
   std::map<std::string, std::weak_ptr<SampleLocator>> locators_;       // GUARDED_BY(mu_)
   std::map<std::string, std::weak_ptr<const plan::EpochPlan>> plans_;  // GUARDED_BY(mu_)
+
+  // Access-order reports, by plan key.
+  struct PlanUse {
+    DatasetPtr dataset;
+    std::weak_ptr<SampleLocator> locator;
+    std::weak_ptr<const plan::EpochPlan> plan;
+    std::map<uint32_t, uint64_t> rank_start;  // local rank → earliest start index seen
+    bool dirty = false;
+  };
+  std::mutex observer_mu_;
+  std::condition_variable observer_cv_;
+  std::map<std::string, PlanUse> plan_uses_;  // GUARDED_BY(observer_mu_)
+  bool observer_stop_ = false;                // GUARDED_BY(observer_mu_)
+  std::thread observer_thread_;
 };
 
 }  // namespace shardcache::serve

@@ -7,8 +7,6 @@
 namespace shardcache::serve {
 namespace {
 
-// Samples of future order reported to the observer at a time; re-reported when half is used.
-constexpr uint64_t kObserverHorizonSamples = 1 << 16;
 // How long the pipeline thread sleeps before re-checking for stop when nothing is to do.
 constexpr auto kIdlePoll = std::chrono::milliseconds(50);
 
@@ -75,7 +73,6 @@ uint64_t LoaderPipeline::samples_consumed() const {
 }
 
 void LoaderPipeline::Run() {
-  uint64_t observed_until = 0;
   for (;;) {
     std::optional<uint32_t> slot;
     uint64_t first = 0, count = 0;
@@ -92,26 +89,6 @@ void LoaderPipeline::Run() {
           count = std::min<uint64_t>(options_.batch_size, total_ - assemble_index_);
         }
       }
-    }
-    if (options_.observer && first + kObserverHorizonSamples / 2 >= observed_until &&
-        observed_until < total_) {
-      // Report the next horizon of chunk accesses in order, each chunk once.
-      const uint64_t from = std::max(first, observed_until == 0 ? first : observed_until);
-      const uint64_t to = std::min(total_, from + kObserverHorizonSamples);
-      std::vector<ChunkAccess> upcoming;
-      uint64_t last_key = UINT64_MAX;
-      const uint64_t cb = locator_->dataset()->manifest.chunk_bytes();
-      for (uint64_t i = from; i < to; ++i) {
-        auto e = locator_->Locate(plan_->SampleAt(options_.rank, i));
-        if (!e.ok() || e->length == 0) continue;
-        for (uint64_t c = e->offset / cb; c <= (e->offset + e->length - 1) / cb; ++c) {
-          if (ChunkKey(e->shard, c) == last_key) continue;
-          last_key = ChunkKey(e->shard, c);
-          upcoming.push_back({e->shard, c});
-        }
-      }
-      options_.observer(locator_->dataset(), id_, upcoming);
-      observed_until = to;
     }
     if (slot) {
       AssembleInto(*slot, first, count);

@@ -6,8 +6,6 @@
 //   2. beyond those, it issues prefetch-priority warm reads of the chunks the loader will need
 //      next, within `lookahead_bytes` of chunk data, so the cache tiers below (single-flight,
 //      shared by every loader on the node) fetch ahead of demand;
-//   3. it reports the chunks it is about to read, in order, to an optional AccessOrderObserver
-//      (the cache's clairvoyant eviction policy).
 // The plan decides the order; timing never changes which samples a batch holds.
 //
 // Thread-per-loader is deliberate: a node serves at most a few dozen trainers with a few
@@ -41,10 +39,10 @@ struct ChunkAccess {
   uint32_t shard = 0;
   uint64_t chunk = 0;
 };
-// Called with the next chunks a loader will read, in order (distance 0 = soonest). Must be cheap
-// and thread-safe; called from pipeline threads.
+// Receives the node-wide future chunk order of a dataset (see LocalService). Called from a
+// background thread; must be thread-safe.
 using AccessOrderObserver =
-    std::function<void(const DatasetPtr& dataset, uint64_t loader_id, const std::vector<ChunkAccess>& upcoming)>;
+    std::function<void(const DatasetPtr& dataset, const std::vector<ChunkAccess>& order)>;
 
 struct LoaderPipelineOptions {
   uint32_t batch_size = 1;
@@ -53,7 +51,6 @@ struct LoaderPipelineOptions {
   uint32_t prefetch_batches = 2;
   // Chunk bytes warmed ahead of the assembled batches. 0 = no warm reads. Default: 256 MiB.
   uint64_t lookahead_bytes = 256ull << 20;
-  AccessOrderObserver observer;  // optional
 };
 
 class LoaderPipeline {

@@ -596,3 +596,67 @@ TEST_CASE("the C API reads an epoch and reports errors as codes with messages",
   sc_client_close(c);
   REQUIRE(sc_client_connect((f.tmp.path() + "/none.sock").c_str(), &c) == 14);
 }
+
+TEST_CASE("the node's future chunk order is reported for the clairvoyant policy",
+          "[serve][integration]") {
+  Fixture f;
+  std::mutex mu;
+  std::vector<std::vector<serve::ChunkAccess>> reports;
+  auto opts = f.Options();
+  opts.observer_delay_ms = 100;
+  opts.observer = [&](const DatasetPtr& d, const std::vector<serve::ChunkAccess>& order) {
+    REQUIRE(d->name == "rec");
+    std::lock_guard<std::mutex> l(mu);
+    reports.push_back(order);
+  };
+  serve::LocalService svc(*f.files, opts);
+  REQUIRE(svc.Start().ok());
+  // Ranks 0 and 2 of a 3-rank job run on this node.
+  auto c = Client::Connect(f.socket);
+  REQUIRE(c.ok());
+  LoaderOptions o;
+  o.dataset = "rec";
+  o.batch_size = 10;
+  o.seed = 4;
+  o.epoch = 6;
+  o.shuffle = Shuffle::kGlobal;
+  o.world_size = 3;
+  auto l0 = (*c)->OpenLoader(o);
+  o.rank = 2;
+  auto l2 = (*c)->OpenLoader(o);
+  REQUIRE(l0.ok());
+  REQUIRE(l2.ok());
+  REQUIRE(Eventually([&] { std::lock_guard<std::mutex> l(mu); return !reports.empty(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  // Expected: this epoch's then the next epoch's global order, positions of ranks 0 and 2 only.
+  std::vector<serve::ChunkAccess> want;
+  for (uint64_t epoch : {6, 7}) {
+    plan::PlanOptions po;
+    po.seed = 4;
+    po.epoch = epoch;
+    po.mode = plan::ShuffleMode::kGlobal;
+    po.world_size = 3;
+    po.batch_size = 10;
+    auto p = plan::EpochPlan::Make(plan::LayoutOf(*f.records), po);
+    REQUIRE(p.ok());
+    for (uint64_t pos = 0; pos < (*p)->used_positions(); ++pos) {
+      if (pos % 3 == 1) continue;
+      const uint64_t id = (*p)->AtPosition(pos);
+      const uint32_t shard = static_cast<uint32_t>(id / 250);
+      const uint64_t off = (id % 250) * 1000;
+      for (uint64_t ch = off / 65536; ch <= (off + 999) / 65536; ++ch) {
+        if (!want.empty() && want.back().shard == shard && want.back().chunk == ch) continue;
+        want.push_back({shard, ch});
+      }
+    }
+  }
+  std::lock_guard<std::mutex> l(mu);
+  // The two openings were coalesced into one report covering both ranks.
+  REQUIRE(reports.size() == 1);
+  REQUIRE(reports[0].size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    REQUIRE(reports[0][i].shard == want[i].shard);
+    REQUIRE(reports[0][i].chunk == want[i].chunk);
+  }
+}
