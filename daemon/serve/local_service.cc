@@ -110,7 +110,10 @@ struct LocalService::Connection {
 };
 
 LocalService::LocalService(ChunkSource& source, LocalServiceOptions options)
-    : source_(source), options_(std::move(options)), assembler_(source, options_.assembler) {}
+    : source_(source),
+      options_(std::move(options)),
+      assembler_(source, options_.assembler),
+      lookahead_bytes_(options_.prefetch_lookahead_bytes) {}
 
 LocalService::~LocalService() { Stop(); }
 
@@ -507,7 +510,7 @@ void LocalService::Serve(Connection* c) {
         lo.batch_size = o.batch_size();
         lo.rank = o.rank();
         lo.prefetch_batches = options_.prefetch_batches;
-        lo.lookahead_bytes = options_.prefetch_lookahead_bytes;
+        lo.lookahead_bytes_live = &lookahead_bytes_;
         const uint64_t id = next_loader_id_++;
         auto pipe = std::make_unique<LoaderPipeline>(id, *c->arena, assembler_, *loc, *p, lo,
                                                      o.samples_consumed());

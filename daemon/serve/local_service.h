@@ -111,6 +111,9 @@ class LocalService {
   void Stop();
 
   const LocalServiceOptions& options() const { return options_; }
+  // Changes the warm-read lookahead of every loader, open or future (SIGHUP reload).
+  void SetPrefetchLookaheadBytes(uint64_t bytes) { lookahead_bytes_.store(bytes); }
+  uint64_t prefetch_lookahead_bytes() const { return lookahead_bytes_.load(); }
   // Live connections / open loaders / arena slots in use, over all clients.
   size_t connection_count() const;
   size_t loader_count() const;
@@ -139,6 +142,7 @@ class LocalService {
   const LocalServiceOptions options_;
   BatchAssembler assembler_;
   std::atomic<uint64_t> next_loader_id_{1};
+  std::atomic<uint64_t> lookahead_bytes_;
 
   UniqueFd listen_fd_;
   UniqueFd stop_event_;  // eventfd that wakes the accept loop

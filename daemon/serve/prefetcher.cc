@@ -128,7 +128,10 @@ void LoaderPipeline::AssembleInto(uint32_t slot, uint64_t first, uint64_t count)
 }
 
 bool LoaderPipeline::Warm() {
-  if (options_.lookahead_bytes == 0) return false;
+  const uint64_t lookahead = options_.lookahead_bytes_live
+                                 ? options_.lookahead_bytes_live->load(std::memory_order_relaxed)
+                                 : options_.lookahead_bytes;
+  if (lookahead == 0) return false;
   uint64_t base;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -144,7 +147,7 @@ bool LoaderPipeline::Warm() {
   const auto& m = locator_->dataset()->manifest;
   const uint64_t cb = m.chunk_bytes();
   bool progress = false;
-  while (warm_index_ < total_ && warmed_bytes_ + cb <= options_.lookahead_bytes) {
+  while (warm_index_ < total_ && warmed_bytes_ + cb <= lookahead) {
     auto e = locator_->Locate(plan_->SampleAt(options_.rank, warm_index_));
     if (!e.ok()) return progress;  // the demand path reports it
     if (e->length > 0) {

@@ -17,6 +17,7 @@
 // Lock order: LoaderPipeline::mu_ before Arena::mu_.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -51,6 +52,9 @@ struct LoaderPipelineOptions {
   uint32_t prefetch_batches = 2;
   // Chunk bytes warmed ahead of the assembled batches. 0 = no warm reads. Default: 256 MiB.
   uint64_t lookahead_bytes = 256ull << 20;
+  // When set, overrides lookahead_bytes and may change at any time (LocalService's run-time
+  // setter). Must outlive the pipeline.
+  const std::atomic<uint64_t>* lookahead_bytes_live = nullptr;
 };
 
 class LoaderPipeline {
