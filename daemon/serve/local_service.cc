@@ -118,9 +118,7 @@ LocalService::LocalService(ChunkSource& source, LocalServiceOptions options)
 LocalService::~LocalService() { Stop(); }
 
 bool LocalService::PeerAllowed(uid_t uid, gid_t gid) const {
-  if (options_.allowed_uids.empty() && options_.allowed_gids.empty()) {
-    return uid == 0 || uid == geteuid();
-  }
+  if (options_.allow_root_and_self && (uid == 0 || uid == geteuid())) return true;
   return std::find(options_.allowed_uids.begin(), options_.allowed_uids.end(), uid) !=
              options_.allowed_uids.end() ||
          std::find(options_.allowed_gids.begin(), options_.allowed_gids.end(), gid) !=

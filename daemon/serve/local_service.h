@@ -71,10 +71,13 @@ struct LocalServiceOptions {
   // connectable by anyone by default and refused peers get a clear PermissionDenied.
   // Default: 0666.
   uint32_t socket_mode = 0666;
-  // Peers allowed to connect: a peer whose uid is in allowed_uids or whose primary gid is in
-  // allowed_gids. When both are empty: root and the daemon's own effective uid.
+  // Peers allowed to connect: root and the daemon's own effective uid (unless
+  // allow_root_and_self is false), plus any peer whose uid is in allowed_uids or whose primary
+  // gid is in allowed_gids.
   std::vector<uint32_t> allowed_uids;
   std::vector<uint32_t> allowed_gids;
+  // Default: true. False leaves exactly the lists above (tests use it to refuse root).
+  bool allow_root_and_self = true;
   // Shared-memory arena per client connection, split into slot_count equal slots; one batch
   // fits in one slot. Default: 512 MiB in 16 slots (32 MiB per batch).
   uint64_t arena_bytes = 512ull << 20;

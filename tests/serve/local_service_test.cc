@@ -470,6 +470,7 @@ TEST_CASE("a uid that is not allowed is refused before any descriptor is passed"
   SECTION("allowed uids that exclude root refuse root") {
     auto opts = f.Options();
     opts.allowed_uids = {4242};
+    opts.allow_root_and_self = false;
     serve::LocalService svc(*f.files, opts);
     REQUIRE(svc.Start().ok());
     const int fds_before = CountFds();
@@ -478,6 +479,13 @@ TEST_CASE("a uid that is not allowed is refused before any descriptor is passed"
     REQUIRE(c.status().message().find("uid 0") != std::string::npos);
     REQUIRE(CountFds() == fds_before);  // no arena descriptor arrived
     REQUIRE(svc.connection_count() == 0);
+  }
+  SECTION("a root connection is allowed whatever the lists say by default") {
+    auto opts = f.Options();
+    opts.allowed_uids = {4242};
+    serve::LocalService svc(*f.files, opts);
+    REQUIRE(svc.Start().ok());
+    REQUIRE(Client::Connect(f.socket).ok());
   }
   SECTION("a child running as nobody is refused by the default policy") {
     if (geteuid() != 0) {

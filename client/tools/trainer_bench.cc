@@ -1,0 +1,134 @@
+// sc_trainer_bench: a trainer stand-in for benchmarks and the demo. Reads epochs through
+// libshardcache, optionally "computing" (sleeping) for a fixed time per batch, and prints one
+// JSON object per epoch with what it measured:
+//   {"epoch":E,"rank":R,"samples":N,"bytes":B,"batches":K,"wall_s":W,"mbit":M,
+//    "next_p50_us":..,"next_p99_us":..,"stall_s":S,"stall_fraction":S/W,"daemon_wait_us":..}
+// stall = time spent inside Loader::Next() (waiting for data), as the trainer sees it.
+//
+//   sc_trainer_bench --socket PATH --dataset NAME [--batch-size 32] [--shuffle none|global|block]
+//       [--seed 0] [--epoch 0] [--epochs 1] [--rank 0] [--world-size 1] [--drop-last]
+//       [--compute-us 0] [--touch] [--block-window 0] [--ids-out FILE] [--max-batches N]
+// --max-batches N stops each epoch after N batches (a prefix of the epoch).
+// --ids-out writes the sample ids of the (last) epoch, one per line, in the order received.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shardcache/client.h"
+
+namespace {
+
+[[noreturn]] void Usage(const char* msg) {
+  std::fprintf(stderr, "sc_trainer_bench: %s\n", msg);
+  std::exit(2);
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket = shardcache::kDefaultSocketPath;
+  shardcache::LoaderOptions o;
+  uint64_t epochs = 1, compute_us = 0, max_batches = UINT64_MAX;
+  bool touch = false;
+  std::string ids_out;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) Usage(("missing value for " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "--socket") socket = val();
+    else if (a == "--dataset") o.dataset = val();
+    else if (a == "--batch-size") o.batch_size = static_cast<uint32_t>(std::stoul(val()));
+    else if (a == "--seed") o.seed = std::stoull(val());
+    else if (a == "--epoch") o.epoch = std::stoull(val());
+    else if (a == "--epochs") epochs = std::stoull(val());
+    else if (a == "--rank") o.rank = static_cast<uint32_t>(std::stoul(val()));
+    else if (a == "--world-size") o.world_size = static_cast<uint32_t>(std::stoul(val()));
+    else if (a == "--block-window") o.block_window_shards = static_cast<uint32_t>(std::stoul(val()));
+    else if (a == "--drop-last") o.drop_last = true;
+    else if (a == "--compute-us") compute_us = std::stoull(val());
+    else if (a == "--touch") touch = true;
+    else if (a == "--ids-out") ids_out = val();
+    else if (a == "--max-batches") max_batches = std::stoull(val());
+    else if (a == "--shuffle") {
+      auto s = shardcache::ParseShuffle(val());
+      if (!s.ok()) Usage(s.status().message().c_str());
+      o.shuffle = *s;
+    } else {
+      Usage(("unknown argument " + a).c_str());
+    }
+  }
+  if (o.dataset.empty()) Usage("--dataset is required");
+  auto client = shardcache::Client::Connect(socket);
+  if (!client.ok()) {
+    std::fprintf(stderr, "sc_trainer_bench: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  using Clock = std::chrono::steady_clock;
+  const uint64_t first_epoch = o.epoch;
+  for (uint64_t e = first_epoch; e < first_epoch + epochs; ++e) {
+    o.epoch = e;
+    auto loader = (*client)->OpenLoader(o);
+    if (!loader.ok()) {
+      std::fprintf(stderr, "sc_trainer_bench: %s\n", loader.status().ToString().c_str());
+      return 1;
+    }
+    std::vector<double> next_us;
+    std::vector<uint64_t> ids;
+    uint64_t samples = 0, bytes = 0, sum = 0, daemon_wait_us = 0;
+    double stall_s = 0;
+    const auto t0 = Clock::now();
+    while (next_us.size() < max_batches) {
+      const auto n0 = Clock::now();
+      auto batch = (*loader)->Next();
+      const double waited = std::chrono::duration<double>(Clock::now() - n0).count();
+      if (!batch.ok()) {
+        if (batch.status().code() == shardcache::StatusCode::kOutOfRange) break;
+        std::fprintf(stderr, "sc_trainer_bench: %s\n", batch.status().ToString().c_str());
+        return 1;
+      }
+      stall_s += waited;
+      next_us.push_back(waited * 1e6);
+      samples += batch->size();
+      if (!ids_out.empty()) ids.insert(ids.end(), batch->sample_ids().begin(), batch->sample_ids().end());
+      bytes += batch->payload_bytes();
+      daemon_wait_us += batch->wait_us();
+      if (touch) {
+        const uint8_t* p = batch->data();
+        for (uint64_t k = 0; k < batch->payload_bytes(); k += 64) sum += p[k];
+      }
+      if (compute_us) std::this_thread::sleep_for(std::chrono::microseconds(compute_us));
+    }
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!ids_out.empty()) {
+      if (FILE* f = std::fopen(ids_out.c_str(), "w")) {
+        for (uint64_t id : ids) std::fprintf(f, "%llu\n", static_cast<unsigned long long>(id));
+        std::fclose(f);
+      }
+    }
+    std::printf(
+        "{\"epoch\":%llu,\"rank\":%u,\"samples\":%llu,\"bytes\":%llu,\"batches\":%zu,"
+        "\"wall_s\":%.6f,\"mbit\":%.3f,\"next_p50_us\":%.1f,\"next_p99_us\":%.1f,"
+        "\"stall_s\":%.6f,\"stall_fraction\":%.5f,\"daemon_wait_us\":%llu,\"touch_sum\":%llu}\n",
+        static_cast<unsigned long long>(e), o.rank, static_cast<unsigned long long>(samples),
+        static_cast<unsigned long long>(bytes), next_us.size(), wall,
+        wall > 0 ? bytes * 8 / wall / 1e6 : 0.0, Percentile(next_us, 0.5), Percentile(next_us, 0.99),
+        stall_s, wall > 0 ? stall_s / wall : 0.0, static_cast<unsigned long long>(daemon_wait_us),
+        static_cast<unsigned long long>(sum));
+    std::fflush(stdout);
+  }
+  return 0;
+}
