@@ -20,6 +20,7 @@
 #include "dataset/parallel_for.h"
 #include "dataset/records_format.h"
 #include "dataset/tar_format.h"
+#include "dataset/utf8.h"
 
 namespace shardcache::dataset {
 
@@ -70,6 +71,10 @@ Result<std::vector<ShardFile>> FindShards(const std::string& dir, v1::ShardForma
     std::error_code sec;
     if (!it->is_regular_file(sec)) continue;
     const std::string abs = p.string();
+    if (!IsValidUtf8(rel)) {
+      return InvalidArgument(abs + ": shard path is not valid UTF-8, which manifests require; "
+                             "rename the file");
+    }
     ShardFile f;
     f.path = rel;
     switch (format) {
@@ -164,6 +169,7 @@ Result<DatasetPtr> IndexDirectory(const std::string& dir, const IndexOptions& op
   if (!S_ISDIR(dst.st_mode)) return InvalidArgument(dir + " is not a directory");
   const std::string name = options.name.empty() ? DefaultName(dir) : options.name;
   if (name.empty()) return InvalidArgument(dir + ": cannot derive a dataset name; pass one");
+  if (!IsValidUtf8(name)) return InvalidArgument("dataset name '" + name + "' is not valid UTF-8");
 
   SC_ASSIGN_OR_RETURN(std::vector<ShardFile> shards, FindShards(dir, options.format));
   const unsigned threads = DefaultThreads(options.threads);

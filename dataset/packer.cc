@@ -13,6 +13,7 @@
 #include "dataset/indexer.h"
 #include "dataset/parallel_for.h"
 #include "dataset/tar_writer.h"
+#include "dataset/utf8.h"
 
 namespace shardcache::dataset {
 
@@ -20,15 +21,29 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void Escape(const std::string& in, std::string* out) {
-  for (char c : in) {
-    switch (c) {
-      case '%': *out += "%25"; break;
-      case '/': *out += "%2F"; break;
-      case '.': *out += "%2E"; break;
-      default: *out += c;
+// %XX-escapes '%', bytes that are not valid UTF-8, and (in keys) '/' and '.'.
+void Escape(const std::string& in, bool is_key, std::string* out) {
+  static const char* kHex = "0123456789ABCDEF";
+  for (size_t i = 0; i < in.size();) {
+    const size_t n = Utf8SequenceLength(in, i);
+    const char c = in[i];
+    if (n == 0 || c == '%' || (is_key && (c == '/' || c == '.'))) {
+      const auto b = static_cast<unsigned char>(c);
+      *out += '%';
+      *out += kHex[b >> 4];
+      *out += kHex[b & 0xF];
+      ++i;
+    } else {
+      out->append(in, i, n);
+      i += n;
     }
   }
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
 }
 
 struct SourceFile {
@@ -49,9 +64,9 @@ std::string PackedMemberName(const std::string& rel) {
   if (dot == base) dot = rel.find('.', base + 1);  // ".hidden.txt": the leading dot is the stem's
   if (dot == rel.size() - 1) dot = std::string::npos;  // "a.": escaped whole, so "a" stays distinct
   std::string out;
-  Escape(dot == std::string::npos ? rel : rel.substr(0, dot), &out);
+  Escape(dot == std::string::npos ? rel : rel.substr(0, dot), /*is_key=*/true, &out);
   out += '.';
-  if (dot != std::string::npos) out += rel.substr(dot + 1);
+  if (dot != std::string::npos) Escape(rel.substr(dot + 1), /*is_key=*/false, &out);
   return out;
 }
 
@@ -59,20 +74,23 @@ Result<std::string> DecodePackedName(const std::string& member) {
   const size_t dot = member.find('.');
   if (dot == std::string::npos) return InvalidArgument("'" + member + "' has no extension dot");
   std::string out;
-  for (size_t i = 0; i < dot; ++i) {
+  for (size_t i = 0; i < member.size(); ++i) {
+    if (i == dot) {
+      if (dot + 1 < member.size()) out += '.';
+      continue;
+    }
     if (member[i] != '%') {
       out += member[i];
       continue;
     }
-    const std::string esc = member.substr(i, 3);
-    if (esc == "%25") out += '%';
-    else if (esc == "%2F") out += '/';
-    else if (esc == "%2E") out += '.';
-    else return InvalidArgument("'" + member + "' has a bad escape at " + std::to_string(i));
+    const int hi = i + 2 < member.size() ? HexValue(member[i + 1]) : -1;
+    const int lo = i + 2 < member.size() ? HexValue(member[i + 2]) : -1;
+    if (hi < 0 || lo < 0) {
+      return InvalidArgument("'" + member + "' has a bad escape at " + std::to_string(i));
+    }
+    out += static_cast<char>(hi * 16 + lo);
     i += 2;
   }
-  const std::string ext = member.substr(dot + 1);
-  if (!ext.empty()) out += "." + ext;
   return out;
 }
 

@@ -4,6 +4,7 @@
 // Member names are "<key>.<ext>": ext is everything after the first '.' of the file's basename
 // (none: empty), key is the rest of the relative path with '%' '/' and '.' escaped as %25 %2F
 // %2E, so keys are flat, dot-free and map back to exactly one source path (DecodePackedName).
+// Bytes that are not valid UTF-8 are escaped as %XX in both parts (keys are proto3 strings).
 // Files are ordered by (key, ext), so the files of one sample ("x.jpg", "x.cls") are adjacent
 // members and form one WebDataset sample; a sample is never split across shards. A new shard
 // starts when the next sample would push the current one past shard_bytes (a single sample

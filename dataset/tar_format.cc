@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "dataset/manifest.h"
+#include "dataset/utf8.h"
 
 namespace shardcache::dataset {
 
@@ -263,6 +264,11 @@ Result<v1::SampleIndex> IndexTarShard(const ByteSource& src) {
     const bool is_file = type == '0' || type == '\0' || type == '7';
     std::string key, ext;
     if (is_file && SplitWebDatasetKey(name, &key, &ext)) {
+      if (!IsValidUtf8(name)) {
+        return InvalidArgument(At(src, off) + ": member name is not valid UTF-8; sample keys "
+                               "are stored as UTF-8 (rename the member, or pack the files "
+                               "with `shardctl pack`, which escapes such names)");
+      }
       const uint64_t member_start =
           pax.first_meta_offset != UINT64_MAX ? pax.first_meta_offset : off;
       if (!in_group || key != group_key) {

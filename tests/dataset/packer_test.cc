@@ -34,7 +34,8 @@ std::map<std::string, std::string> ReadTree(const std::string& root) {
 
 TEST_CASE("member names map back to exactly one source path", "[dataset][pack]") {
   for (const std::string p : {"a.jpg", "dir/x.seg.png", ".hidden", ".hidden.txt", "a.", "a",
-                              "50%/b.c", "v1.2/img.jpg", "x/%2F.y"}) {
+                              "50%/b.c", "v1.2/img.jpg", "x/%2F.y", "lat\xe9n1/\xff.t\xfe",
+                              "\xc3\xa9t\xc3\xa9.jpg"}) {
     const std::string member = PackedMemberName(p);
     INFO(p << " -> " << member);
     CHECK(member.find('/') == std::string::npos);
@@ -45,6 +46,8 @@ TEST_CASE("member names map back to exactly one source path", "[dataset][pack]")
   }
   CHECK(PackedMemberName("a") != PackedMemberName("a."));
   CHECK(PackedMemberName("d/x.jpg") == "d%2Fx.jpg");
+  CHECK(PackedMemberName("\xc3\xa9t\xc3\xa9.jpg") == "\xc3\xa9t\xc3\xa9.jpg");  // valid UTF-8 kept
+  CHECK(PackedMemberName("a\xff.b\xfe") == "a%FF.b%FE");
 }
 
 TEST_CASE("pack writes tar shards GNU tar lists and extracts byte-identically",
@@ -55,6 +58,7 @@ TEST_CASE("pack writes tar shards GNU tar lists and extracts byte-identically",
   // Odd names too: no extension, hidden, dots in directories, a long path.
   const std::string long_dir = std::string(90, 'd') + "/" + std::string(90, 'e');
   const std::vector<std::string> odd = {"README", ".hidden", "v1.2/notes.txt", "v1.2/notes.md",
+                                       "raw\xff.bin", "caf\xc3\xa9/\xe2\x82\xac.txt",
                                        long_dir + "/" + std::string(60, 'f') + ".bin"};
   for (const std::string& name : odd) {
     REQUIRE(MakeDirs(fs::path(tmp / ("src/" + name)).parent_path().string()).ok());
@@ -72,15 +76,15 @@ TEST_CASE("pack writes tar shards GNU tar lists and extracts byte-identically",
   };
   auto r = PackDirectory(tmp / "src", tmp / "out", o);
   REQUIRE(r.ok());
-  CHECK(r->files == 605);
+  CHECK(r->files == 607);
   CHECK(pack_done == pack_total);
   CHECK(pack_total == r->file_bytes);
   const v1::Manifest& m = r->dataset->manifest;
   CHECK(m.format() == v1::TAR);
   CHECK(m.name() == "out");
   CHECK(m.shards_size() > 3);
-  // 300 jpg/cls pairs, README, .hidden, notes.{txt,md} as one sample, the long one.
-  CHECK(m.total_samples() == 304);
+  // 300 jpg/cls pairs, README, .hidden, notes.{txt,md} as one sample, raw, euro, the long one.
+  CHECK(m.total_samples() == 306);
 
   std::set<std::string> keys_seen;
   std::string listing;
@@ -101,7 +105,7 @@ TEST_CASE("pack writes tar shards GNU tar lists and extracts byte-identically",
   std::string line;
   int members = 0;
   while (std::getline(lines, line)) ++members;
-  CHECK(members == 605);
+  CHECK(members == 607);
 
   const auto source = ReadTree(tmp / "src");
   const auto extracted = ReadTree(tmp / "x");

@@ -196,6 +196,13 @@ TEST_CASE("damaged tar shards are DataLoss naming the file and offset", "[datase
   }
 }
 
+TEST_CASE("a sample member whose name is not valid UTF-8 is refused naming its offset",
+          "[dataset][tar]") {
+  auto r = Parse(Header("ok.jpg", 1) + Padded("a") + Header("bad\xff.jpg", 1) + Padded("b") + kEnd);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::Contains("offset 1024") && Catch::Contains("UTF-8"));
+}
+
 TEST_CASE("an archive without end blocks that ends on a member boundary is accepted",
           "[dataset][tar]") {
   auto idx = Parse(Header("a.jpg", 3) + Padded("abc"));
