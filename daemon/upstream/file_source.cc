@@ -58,8 +58,10 @@ Result<UniqueFd> FileSource::OpenBeneath(const std::string& relative, int flags)
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
   long fd = ::syscall(SYS_openat2, root_fd_.get(), relative.c_str(), &how, sizeof how);
-  if (fd < 0 && errno == ENOSYS) {
-    // Kernels before 5.6: open, then check where the descriptor really points.
+  if (fd < 0 && (errno == ENOSYS || errno == EXDEV)) {
+    // Kernels before 5.6, or a path RESOLVE_BENEATH refuses lexically (an absolute symlink,
+    // "..") that may still land inside the root: open, then check where the descriptor
+    // really points. Checking the open descriptor leaves no window for a swapped link.
     fd = ::openat(root_fd_.get(), relative.c_str(), flags | O_CLOEXEC);
     if (fd >= 0) {
       const std::string real_root = ProcFdPath(root_fd_.get());

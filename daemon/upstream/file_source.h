@@ -5,10 +5,11 @@
 //
 // Nothing outside `root` is ever opened: dataset names must pass CheckDatasetName, and every
 // path (dataset directory, manifest, sample index, shard) is opened with openat2(2)
-// RESOLVE_BENEATH relative to the root's directory fd, so a symlink or ".." that leads out of
-// the root — at any component — fails with PermissionDenied. Symlinks that stay inside the root
-// are followed.
-//
+// RESOLVE_BENEATH relative to the root's directory fd. What that refuses lexically (an
+// absolute symlink) is opened plainly and kept only if the opened descriptor's real path
+// (/proc/self/fd) lies inside the root. A symlink or ".." leading out of the root — at any
+// component — is PermissionDenied; symlinks that stay inside the root are followed.
+
 // Manifests are cached per dataset and reloaded when the manifest file's identity (inode,
 // size, mtime) changes, so re-indexing a dataset publishes the new version without a restart.
 // Shard file sizes are checked against the manifest at load and again on every read.

@@ -402,7 +402,7 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
   const auto& m = task.dataset->manifest;
   const std::string& shard_path = m.shards(static_cast<int>(task.shard)).path();
   uint64_t next = task.first;
-  int failures = 0;    // consecutive attempts without progress
+  int failures = 0;    // consecutive attempts without progress (sets the backoff)
   int mismatches = 0;  // failed verifications of chunk `next`
   Status last;
   ChunkDecoder decoder;
@@ -441,18 +441,21 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
     auto reader = conn.stub->ReadChunks(&ctx, req);
     v1::ChunkMessage msg;
     bool progressed = false;
-    Status local;  // a problem we found in what arrived
+    bool stopped_early = false;  // we left the stream before the server ended it
+    Status local;                // a problem we found in what arrived
     while (reader->Read(&msg)) {
       const uint64_t wire = msg.payload().size();
       wire_bytes_.fetch_add(wire);
       M().wire_bytes->Add(wire);
       if (Status b = bucket_.Take(wire, task.deadline); !b.ok()) {
         local = b;
+        stopped_early = true;
         break;
       }
       if (msg.chunk() != next) {
         local = Internal(Where() + " sent chunk " + std::to_string(msg.chunk()) + ", expected " +
                          std::to_string(next));
+        stopped_early = true;
         break;
       }
       const uint64_t len = dataset::ChunkLength(m, task.shard, next);
@@ -477,24 +480,32 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
         if (++mismatches > options_.max_retries) {
           fail_rest(DataLoss(v.message() + " (failed verification " + std::to_string(mismatches) +
                              " times)"));
-          ctx.TryCancel();
-          break;
+          stopped_early = true;
+          stopped_early = true;
+        break;
         }
         local = v;
+        stopped_early = true;
         break;
       }
-      task.flights[next - task.first].Publish(ChunkResult(ChunkPtr(std::move(chunk))));
-      ++next;
-      mismatches = 0;
-      progressed = true;
+      // Count before publishing: a caller may read stats() as soon as it has the chunk.
       chunks_.fetch_add(1);
       payload_bytes_.fetch_add(len);
       M().chunks->Add();
       M().payload_bytes->Add(len);
+      task.flights[next - task.first].Publish(ChunkResult(ChunkPtr(std::move(chunk))));
+      ++next;
+      mismatches = 0;
+      progressed = true;
       ObserveProgress();
-      if (task.cancelled.load()) break;
+      if (task.cancelled.load()) {
+        stopped_early = true;
+        break;
+      }
     }
-    if (next < task.end) ctx.TryCancel();  // we stopped early: do not leave the stream open
+    // Cancel only a stream we abandoned; cancelling one the server already ended would replace
+    // its status (e.g. DataLoss, Unauthenticated) with CANCELLED.
+    if (stopped_early) ctx.TryCancel();
     const grpc::Status gs = reader->Finish();
     {
       std::lock_guard<std::mutex> lock(task.ctx_mu);
@@ -510,12 +521,9 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
       return;
     }
     last = s;
+    // Transport failures are retried until the caller's deadline (checked at the loop top):
+    // an upstream that comes back in time is used, one that does not ends as Unavailable.
     failures = progressed ? 0 : failures + 1;
-    if (failures > options_.max_retries) {
-      fail_rest(Unavailable(Where() + ": giving up after " + std::to_string(failures) +
-                            " attempts without progress: " + s.ToString()));
-      return;
-    }
     retries_.fetch_add(1);
     M().retries->Add();
     SC_LOG_RATE_LIMITED(spdlog::level::info, "{}: retrying shard {} of '{}' from chunk {}: {}", Where(),

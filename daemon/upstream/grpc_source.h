@@ -18,12 +18,13 @@
 //     one fetch (SingleFlight), so each chunk crosses the link once however many want it.
 //
 // Robustness: every call has a deadline (min(caller deadline, now + call_timeout)); a failed
-// or broken stream is retried with jittered exponential backoff and resumes at the first chunk
-// not yet verified; an attempt that made progress resets the retry count, so a connection that
-// resets every few MiB still completes. Non-retryable answers (InvalidArgument, NotFound,
-// FailedPrecondition, Unauthenticated, PermissionDenied, DataLoss from the origin) fail at
-// once. When the caller's deadline passes while the upstream keeps failing, the result is
-// Unavailable naming the last error.
+// or broken stream is retried with jittered exponential backoff (reset by progress) and
+// resumes at the first chunk not yet verified, until the caller's deadline — so a connection
+// that resets every few MiB still completes, and an upstream that comes back in time is used.
+// When the deadline passes while the upstream keeps failing, the result is Unavailable naming
+// the last error. Non-retryable answers (InvalidArgument, NotFound, FailedPrecondition,
+// Unauthenticated, PermissionDenied, DataLoss from the origin) fail at once. Unary calls
+// (manifest, sample index, list) make up to 1 + max_retries attempts within call_timeout.
 //
 // Integrity: every chunk is decoded (ChunkDecoder: bomb-safe) and checked against the hash in
 // the manifest before it is delivered or shared; a mismatch is counted and refetched, and after
@@ -76,7 +77,8 @@ struct GrpcSourceOptions {
   uint64_t bandwidth_bytes_per_s = 0;
   // Deadline of one upstream call (a sub-range stream, a manifest fetch).
   std::chrono::milliseconds call_timeout{30000};
-  // Attempts without progress (or hash mismatches of one chunk) before giving up.
+  // Refetches of one chunk that fails verification before DataLoss; also the retry count of
+  // unary calls. (Chunk streams retry transport failures until the caller's deadline.)
   int max_retries = 8;
   // Chunks per ReadChunks stream.
   int chunks_per_stream = 8;

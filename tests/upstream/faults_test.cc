@@ -1,0 +1,122 @@
+// GrpcSource against an origin behind ../shared/tools/wanem.py: connection resets, a link that
+// goes down and comes back, and a blackholed connection.
+#include <signal.h>
+
+#include "testing/process.h"
+#include "upstream/origin_fixture.h"
+
+using namespace shardcache;
+using namespace shardcache::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// An origin with dataset "big": 2 shards of 8 MiB in 256 KiB chunks, behind wanem.
+struct WanFixture {
+  OriginFixture origin;
+  DatasetPtr big;
+  std::unique_ptr<Process> wanem;
+  int port = 0;
+
+  explicit WanFixture(const std::vector<std::string>& wanem_args) {
+    auto d = MakeRecordsDataset(origin.root.path(), "big", 2, 2048, 4096, 256 << 10);
+    REQUIRE(d.ok());
+    big = *d;
+    port = FreePort();
+    const std::string ready = origin.root / "wanem.ready";
+    std::vector<std::string> argv = {"/usr/bin/python3", WanemPath(), "--listen",
+                                     "127.0.0.1:" + std::to_string(port), "--upstream",
+                                     origin.Target(), "--ready-file", ready};
+    argv.insert(argv.end(), wanem_args.begin(), wanem_args.end());
+    wanem = std::make_unique<Process>(argv, origin.root / "wanem.log");
+    REQUIRE(WaitForFile(ready));
+  }
+
+  std::unique_ptr<upstream::GrpcSource> Client(upstream::GrpcSourceOptions co = {}) {
+    co.target = "127.0.0.1:" + std::to_string(port);
+    return origin.Client(co);
+  }
+
+  std::string Shard(int s) const {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "/big/shard-%05d.bin", s);
+    return origin.root.path() + buf;
+  }
+};
+
+Result<std::string> ReadShard(upstream::GrpcSource& src, const DatasetPtr& d, uint32_t shard,
+                              std::chrono::milliseconds within) {
+  std::string out;
+  Status s = src.ReadChunks(d, shard, 0, dataset::ChunkCount(d->manifest, shard), Within(within),
+                            [&](uint64_t, const ChunkPtr& c) {
+                              out += ChunkBytes(c);
+                              return Status::Ok();
+                            });
+  if (!s.ok()) return s;
+  return out;
+}
+
+bool HaveWanem() {
+  if (WanemPath().empty()) {
+    WARN("../shared/tools/wanem.py not found; fault tests skipped");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a connection reset every few MiB still completes with correct data", "[faults][wanem]") {
+  if (!HaveWanem()) return;
+  WanFixture w({"--rtt-ms", "2", "--reset-every-mib", "3"});
+  upstream::GrpcSourceOptions co;
+  co.connections = 2;
+  co.max_connections = 4;
+  auto client = w.Client(co);
+  auto d = client->OpenDataset("big");
+  REQUIRE(d.ok());
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto r = ReadShard(*client, *d, s, std::chrono::seconds(60));
+    REQUIRE(r.ok());
+    CHECK(*r == FileBytes(w.Shard(static_cast<int>(s)), 0, 8 << 20));
+  }
+  const auto st = client->stats();
+  CHECK(st.retries >= 2);  // 16 MiB through a proxy that resets every 3 MiB
+  CHECK(st.checksum_failures == 0);
+  CHECK(st.payload_bytes == 16u << 20);
+}
+
+TEST_CASE("fetching resumes when a downed link comes back", "[faults][wanem]") {
+  if (!HaveWanem()) return;
+  WanFixture w({"--rtt-ms", "2", "--rate-mbit", "200"});
+  auto client = w.Client();
+  auto d = client->OpenDataset("big");
+  REQUIRE(d.ok());
+  std::thread toggler([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    w.wanem->Signal(SIGUSR1);  // down: connections reset, new ones refused
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    w.wanem->Signal(SIGUSR1);  // up again
+  });
+  auto r = ReadShard(*client, *d, 0, std::chrono::seconds(60));
+  toggler.join();
+  REQUIRE(r.ok());
+  CHECK(*r == FileBytes(w.Shard(0), 0, 8 << 20));
+  CHECK(client->stats().retries >= 1);
+}
+
+TEST_CASE("a blackholed upstream fails with Unavailable at the deadline", "[faults][wanem]") {
+  if (!HaveWanem()) return;
+  WanFixture w({"--rtt-ms", "2", "--blackhole-after-mib", "1"});
+  upstream::GrpcSourceOptions co;
+  co.call_timeout = std::chrono::milliseconds(1000);
+  auto client = w.Client(co);
+  auto d = client->OpenDataset("big");
+  REQUIRE(d.ok());
+  const auto t0 = Clock::now();
+  auto r = ReadShard(*client, *d, 0, std::chrono::milliseconds(3000));
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  CHECK(r.status().code() == StatusCode::kUnavailable);
+  CHECK(waited >= 2.9);
+  CHECK(waited < 6.5);
+}

@@ -1,0 +1,198 @@
+// FileSource: the origin's view of a directory — verified chunk reads, ranges, and no way out
+// of the root.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/metrics.h"
+#include "testing/process.h"
+#include "upstream/origin_fixture.h"
+
+using namespace shardcache;
+using namespace shardcache::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Collected {
+  std::vector<uint64_t> indexes;
+  std::string bytes;
+};
+
+Status Collect(ChunkSource& src, const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
+               Collected* out) {
+  return src.ReadChunks(d, shard, first, count, Within(std::chrono::seconds(10)),
+                        [&](uint64_t c, const ChunkPtr& chunk) {
+                          out->indexes.push_back(c);
+                          out->bytes += ChunkBytes(chunk);
+                          return Status::Ok();
+                        });
+}
+
+std::unique_ptr<upstream::FileSource> OpenRoot(const std::string& root) {
+  auto f = upstream::FileSource::Open(root);
+  REQUIRE(f.ok());
+  return std::move(*f);
+}
+
+}  // namespace
+
+TEST_CASE("file source reads chunk ranges exactly as the files hold them", "[file_source]") {
+  TempDir root;
+  auto d = MakeRecordsDataset(root.path(), "recs", 2, 40, 4096, 64 << 10);
+  REQUIRE(d.ok());
+  auto src = OpenRoot(root.path());
+  auto opened = src->OpenDataset("recs");
+  REQUIRE(opened.ok());
+  CHECK((*opened)->version == (*d)->version);
+  const std::string shard1 = root / "recs/shard-00001.bin";
+
+  SECTION("first chunk") {
+    Collected c;
+    REQUIRE(Collect(*src, *opened, 1, 0, 1, &c).ok());
+    CHECK(c.indexes == std::vector<uint64_t>{0});
+    CHECK(c.bytes == FileBytes(shard1, 0, 65536));
+  }
+  SECTION("middle chunk") {
+    Collected c;
+    REQUIRE(Collect(*src, *opened, 1, 1, 1, &c).ok());
+    CHECK(c.bytes == FileBytes(shard1, 65536, 65536));
+  }
+  SECTION("last, partial chunk") {
+    Collected c;
+    REQUIRE(Collect(*src, *opened, 1, 2, 1, &c).ok());
+    CHECK(c.bytes.size() == 40 * 4096 - 2 * 65536);
+    CHECK(c.bytes == FileBytes(shard1, 2 * 65536, 40 * 4096 - 2 * 65536));
+  }
+  SECTION("whole shard in order") {
+    Collected c;
+    REQUIRE(Collect(*src, *opened, 1, 0, 3, &c).ok());
+    CHECK(c.indexes == std::vector<uint64_t>{0, 1, 2});
+    CHECK(c.bytes == FileBytes(shard1, 0, 40 * 4096));
+  }
+  SECTION("ranges outside the shard are InvalidArgument") {
+    Collected c;
+    CHECK(Collect(*src, *opened, 1, 3, 1, &c).code() == StatusCode::kInvalidArgument);
+    CHECK(Collect(*src, *opened, 1, 2, 2, &c).code() == StatusCode::kInvalidArgument);
+    CHECK(Collect(*src, *opened, 1, 0, 0, &c).code() == StatusCode::kInvalidArgument);
+    CHECK(Collect(*src, *opened, 7, 0, 1, &c).code() == StatusCode::kInvalidArgument);
+    CHECK(c.indexes.empty());
+  }
+  SECTION("sample indexes come back verified") {
+    auto idx = src->GetSampleIndex(*opened, 0);
+    REQUIRE(idx.ok());
+    CHECK(*idx == *ReadFileToString(dataset::SampleIndexPath(root / "recs", 0)));
+    CHECK(src->GetSampleIndex(*opened, 2).status().code() == StatusCode::kInvalidArgument);
+  }
+  SECTION("list shows the dataset") {
+    auto l = src->ListDatasets();
+    REQUIRE(l.ok());
+    REQUIRE(l->size() == 1);
+    CHECK((*l)[0].name() == "recs");
+    CHECK((*l)[0].shard_count() == 2);
+  }
+}
+
+TEST_CASE("file source refuses names and links that leave the root", "[file_source][security]") {
+  TempDir root, outside;
+  REQUIRE(MakeRecordsDataset(root.path(), "recs", 1, 4, 4096, 4096).ok());
+  REQUIRE(MakeRecordsDataset(outside.path(), "secret", 1, 4, 4096, 4096).ok());
+  REQUIRE(MakeRecordsDataset(outside.path(), "sneaky", 1, 4, 4096, 4096).ok());
+  auto src = OpenRoot(root.path());
+
+  SECTION("unknown dataset is NotFound") {
+    CHECK(src->OpenDataset("nope").status().code() == StatusCode::kNotFound);
+  }
+  SECTION("path-like names are InvalidArgument") {
+    for (const char* n : {"..", "../secret", "/etc", "/", "a/b", ".shardcache", "", "recs/../recs"}) {
+      INFO(n);
+      CHECK(src->OpenDataset(n).status().code() == StatusCode::kInvalidArgument);
+    }
+  }
+  SECTION("a dataset directory that is a symlink out of the root") {
+    fs::create_directory_symlink(outside / "secret", root / "secret");
+    auto r = src->OpenDataset("secret");
+    CHECK(r.status().code() == StatusCode::kPermissionDenied);
+    CHECK_THAT(r.status().message(), Catch::Contains("outside"));
+  }
+  SECTION("a shard file that is a symlink out of the root") {
+    fs::copy(outside / "sneaky", root / "sneaky", fs::copy_options::recursive);
+    fs::remove(root / "sneaky/shard-00000.bin");
+    fs::create_symlink(outside / "sneaky/shard-00000.bin", root / "sneaky/shard-00000.bin");
+    CHECK(src->OpenDataset("sneaky").status().code() == StatusCode::kPermissionDenied);
+  }
+  SECTION("a manifest directory that is a symlink out of the root") {
+    fs::create_directory(root / "sneaky");
+    fs::copy(outside / "sneaky/shard-00000.bin", root / "sneaky/shard-00000.bin");
+    fs::create_directory_symlink(outside / "sneaky/.shardcache", root / "sneaky/.shardcache");
+    CHECK(src->OpenDataset("sneaky").status().code() == StatusCode::kPermissionDenied);
+  }
+  SECTION("a symlink that stays inside the root is fine") {
+    fs::create_directory(root / "real");
+    REQUIRE(MakeRecordsDataset(root / "real", "inner", 1, 4, 4096, 4096).ok());
+    fs::create_directory_symlink(root / "real/inner", root / "inner");
+    CHECK(src->OpenDataset("inner").ok());
+  }
+  SECTION("listing skips what it may not open") {
+    fs::create_directory_symlink(outside / "secret", root / "secret");
+    auto l = src->ListDatasets();
+    REQUIRE(l.ok());
+    REQUIRE(l->size() == 1);
+    CHECK((*l)[0].name() == "recs");
+  }
+}
+
+TEST_CASE("a corrupt byte in a shard is DataLoss naming file, chunk and offset, never served",
+          "[file_source][integrity]") {
+  TempDir root;
+  REQUIRE(MakeRecordsDataset(root.path(), "recs", 1, 40, 4096, 64 << 10).ok());
+  auto src = OpenRoot(root.path());
+  auto d = src->OpenDataset("recs");
+  REQUIRE(d.ok());
+  {
+    UniqueFd fd(::open((root / "recs/shard-00000.bin").c_str(), O_RDWR));
+    char x = 0;
+    REQUIRE(::pread(fd.get(), &x, 1, 65536 + 100) == 1);
+    x = static_cast<char>(x ^ 0xff);
+    REQUIRE(::pwrite(fd.get(), &x, 1, 65536 + 100) == 1);
+  }
+  auto* failures = metrics::Registry::Global().GetCounter("shardcache_origin_checksum_failures_total", "");
+  const uint64_t before = failures->Value();
+  Collected c;
+  Status s = Collect(*src, *d, 0, 0, 3, &c);
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK_THAT(s.message(), Catch::Contains("shard-00000.bin") && Catch::Contains("chunk 1") &&
+                              Catch::Contains("offset 65536"));
+  CHECK(c.indexes == std::vector<uint64_t>{0});  // chunk 0 was fine; chunk 1 never delivered
+  CHECK(failures->Value() == before + 1);
+}
+
+TEST_CASE("a shard whose size changed is refused with its path", "[file_source][integrity]") {
+  TempDir root;
+  REQUIRE(MakeRecordsDataset(root.path(), "recs", 1, 40, 4096, 64 << 10).ok());
+  auto src = OpenRoot(root.path());
+  auto d = src->OpenDataset("recs");
+  REQUIRE(d.ok());
+  REQUIRE(::truncate((root / "recs/shard-00000.bin").c_str(), 1000) == 0);
+  Collected c;
+  Status s = Collect(*src, *d, 0, 0, 1, &c);
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK_THAT(s.message(), Catch::Contains("shard-00000.bin"));
+}
+
+TEST_CASE("a re-indexed dataset is picked up as a new version", "[file_source]") {
+  TempDir root;
+  auto first = MakeRecordsDataset(root.path(), "recs", 1, 40, 4096, 64 << 10);
+  REQUIRE(first.ok());
+  auto src = OpenRoot(root.path());
+  auto a = src->OpenDataset("recs");
+  REQUIRE(a.ok());
+  CHECK(src->OpenDataset("recs")->get() == a->get());  // cached
+  auto second = MakeRecordsDataset(root.path(), "recs", 1, 40, 4096, 32 << 10);
+  REQUIRE(second.ok());
+  auto b = src->OpenDataset("recs");
+  REQUIRE(b.ok());
+  CHECK((*b)->version == (*second)->version);
+  CHECK((*b)->version != (*a)->version);
+}

@@ -1,0 +1,361 @@
+// The Origin service end to end on loopback: a FileSource served by a real gRPC server, read by
+// GrpcSource (and by a raw stub where the client would refuse to send bad input itself).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/metrics.h"
+#include "shardcache/origin.grpc.pb.h"
+#include "testing/process.h"
+#include "upstream/origin_fixture.h"
+
+using namespace shardcache;
+using namespace shardcache::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::unique_ptr<v1::Origin::Stub> RawStub(const std::string& target) {
+  return v1::Origin::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+}
+
+grpc::StatusCode RawRead(v1::Origin::Stub& stub, const v1::ReadChunksRequest& req,
+                         const std::string& token = "", int* messages = nullptr) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  if (!token.empty()) ctx.AddMetadata("authorization", token);
+  auto reader = stub.ReadChunks(&ctx, req);
+  v1::ChunkMessage m;
+  int n = 0;
+  while (reader->Read(&m)) ++n;
+  if (messages) *messages = n;
+  return reader->Finish().error_code();
+}
+
+Result<std::string> ReadAll(upstream::GrpcSource& src, const DatasetPtr& d, uint32_t shard,
+                            uint64_t first, uint64_t count, std::vector<uint64_t>* order = nullptr) {
+  std::string out;
+  Status s = src.ReadChunks(d, shard, first, count, Within(std::chrono::seconds(20)),
+                            [&](uint64_t c, const ChunkPtr& chunk) {
+                              if (order) order->push_back(c);
+                              out += ChunkBytes(chunk);
+                              return Status::Ok();
+                            });
+  if (!s.ok()) return s;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("origin serves chunk ranges that match the files", "[origin][integration]") {
+  OriginFixture o;
+  auto client = o.Client();
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  CHECK((*d)->version == o.recs->version);
+  CHECK((*d)->manifest_bytes == o.recs->manifest_bytes);
+  const std::string shard0 = o.ShardPath(0);
+  const uint64_t last_len = OriginFixture::kShardBytes - 2 * OriginFixture::kChunk;
+
+  SECTION("first chunk") {
+    auto r = ReadAll(*client, *d, 0, 0, 1);
+    REQUIRE(r.ok());
+    CHECK(*r == FileBytes(shard0, 0, OriginFixture::kChunk));
+  }
+  SECTION("middle chunk") {
+    auto r = ReadAll(*client, *d, 0, 1, 1);
+    REQUIRE(r.ok());
+    CHECK(*r == FileBytes(shard0, OriginFixture::kChunk, OriginFixture::kChunk));
+  }
+  SECTION("last, partial chunk") {
+    auto r = ReadAll(*client, *d, 0, 2, 1);
+    REQUIRE(r.ok());
+    CHECK(r->size() == last_len);
+    CHECK(*r == FileBytes(shard0, 2 * OriginFixture::kChunk, last_len));
+  }
+  SECTION("whole shard, in order") {
+    std::vector<uint64_t> order;
+    auto r = ReadAll(*client, *d, 1, 0, 3, &order);
+    REQUIRE(r.ok());
+    CHECK(order == std::vector<uint64_t>{0, 1, 2});
+    CHECK(*r == FileBytes(o.ShardPath(1), 0, OriginFixture::kShardBytes));
+  }
+  SECTION("out of range and unknown shard are InvalidArgument, on the client and on the server") {
+    CHECK(ReadAll(*client, *d, 0, 3, 1).status().code() == StatusCode::kInvalidArgument);
+    CHECK(ReadAll(*client, *d, 0, 1, 5).status().code() == StatusCode::kInvalidArgument);
+    CHECK(ReadAll(*client, *d, 9, 0, 1).status().code() == StatusCode::kInvalidArgument);
+    auto stub = RawStub(o.Target());
+    v1::ReadChunksRequest req;
+    req.set_dataset("recs");
+    req.set_shard(0);
+    req.set_first_chunk(2);
+    req.set_chunk_count(2);
+    CHECK(RawRead(*stub, req) == grpc::StatusCode::INVALID_ARGUMENT);
+    req.set_shard(5);
+    req.set_chunk_count(1);
+    CHECK(RawRead(*stub, req) == grpc::StatusCode::INVALID_ARGUMENT);
+    req.set_shard(0);
+    req.set_first_chunk(0);
+    req.set_chunk_count(0);
+    CHECK(RawRead(*stub, req) == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  SECTION("a stale version is FailedPrecondition") {
+    auto stub = RawStub(o.Target());
+    v1::ReadChunksRequest req;
+    req.set_dataset("recs");
+    req.set_version("0123");
+    req.set_chunk_count(1);
+    CHECK(RawRead(*stub, req) == grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  SECTION("sample indexes and listings") {
+    auto idx = client->GetSampleIndex(*d, 1);
+    REQUIRE(idx.ok());
+    CHECK(*idx == *ReadFileToString(dataset::SampleIndexPath(o.root / "recs", 1)));
+    auto l = client->ListDatasets();
+    REQUIRE(l.ok());
+    REQUIRE(l->size() == 1);
+    CHECK((*l)[0].version() == o.recs->version);
+  }
+}
+
+TEST_CASE("origin refuses unknown datasets and names that try to leave the root", "[origin][security]") {
+  OriginFixture o;
+  auto client = o.Client();
+  CHECK(client->OpenDataset("missing").status().code() == StatusCode::kNotFound);
+  auto stub = RawStub(o.Target());
+  for (const char* name : {"..", "../recs", "/etc", "/etc/passwd", "recs/../../x", ".shardcache"}) {
+    INFO(name);
+    grpc::ClientContext ctx;
+    v1::GetManifestRequest req;
+    req.set_dataset(name);
+    v1::GetManifestResponse resp;
+    CHECK(stub->GetManifest(&ctx, req, &resp).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    v1::ReadChunksRequest rr;
+    rr.set_dataset(name);
+    rr.set_chunk_count(1);
+    CHECK(RawRead(*stub, rr) == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+}
+
+TEST_CASE("bearer token: accepted when right, UNAUTHENTICATED when missing or wrong", "[origin][auth]") {
+  serve::ServerOptions so;
+  so.token = "s3cret-token";
+  OriginFixture o(so);
+  auto stub = RawStub(o.Target());
+  v1::ReadChunksRequest req;
+  req.set_dataset("recs");
+  req.set_chunk_count(1);
+
+  SECTION("right token") {
+    upstream::GrpcSourceOptions co;
+    co.token = "s3cret-token";
+    auto client = o.Client(co);
+    auto d = client->OpenDataset("recs");
+    REQUIRE(d.ok());
+    CHECK(ReadAll(*client, *d, 0, 0, 3).ok());
+    int n = 0;
+    CHECK(RawRead(*stub, req, "Bearer s3cret-token", &n) == grpc::StatusCode::OK);
+    CHECK(n == 1);
+  }
+  SECTION("missing token") {
+    auto client = o.Client();
+    CHECK(client->OpenDataset("recs").status().code() == StatusCode::kUnauthenticated);
+    CHECK(client->ListDatasets().status().code() == StatusCode::kUnauthenticated);
+    CHECK(RawRead(*stub, req) == grpc::StatusCode::UNAUTHENTICATED);
+  }
+  SECTION("wrong token") {
+    upstream::GrpcSourceOptions co;
+    co.token = "s3cret-tokeX";
+    auto client = o.Client(co);
+    CHECK(client->OpenDataset("recs").status().code() == StatusCode::kUnauthenticated);
+    int n = -1;
+    CHECK(RawRead(*stub, req, "Bearer s3cret", &n) == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(n == 0);
+    CHECK(RawRead(*stub, req, "s3cret-token") == grpc::StatusCode::UNAUTHENTICATED);
+  }
+  SECTION("a client with the right token but a dataset read needs it too") {
+    // Reading chunks of a dataset learned with the token, through a client without it.
+    upstream::GrpcSourceOptions co;
+    co.token = "s3cret-token";
+    auto d = o.Client(co)->OpenDataset("recs");
+    REQUIRE(d.ok());
+    auto anonymous = o.Client();
+    INFO(ReadAll(*anonymous, *d, 0, 0, 1).status().ToString());
+    CHECK(ReadAll(*anonymous, *d, 0, 0, 1).status().code() == StatusCode::kUnauthenticated);
+  }
+}
+
+TEST_CASE("a corrupt byte in an origin shard reaches the client as DataLoss, never as data",
+          "[origin][integrity]") {
+  OriginFixture o;
+  auto client = o.Client();
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  {
+    UniqueFd fd(::open(o.ShardPath(0).c_str(), O_RDWR));
+    char x = 0;
+    REQUIRE(::pread(fd.get(), &x, 1, 3) == 1);
+    x = static_cast<char>(x ^ 0xff);
+    REQUIRE(::pwrite(fd.get(), &x, 1, 3) == 1);
+  }
+  std::vector<uint64_t> order;
+  auto r = ReadAll(*client, *d, 0, 0, 3, &order);
+  CHECK(r.status().code() == StatusCode::kDataLoss);
+  CHECK_THAT(r.status().message(), Catch::Contains("shard-00000.bin"));
+  CHECK(order.empty());
+  // The other shard is unaffected.
+  CHECK(ReadAll(*client, *d, 1, 0, 3).ok());
+}
+
+TEST_CASE("zstd on the wire: compressible chunks shrink, random chunks go RAW", "[origin][codec]") {
+  OriginFixture o;
+  auto tokens = MakeTokenDataset(o.root.path(), "tokens", 1, 256, 1024, 256 << 10);
+  REQUIRE(tokens.ok());
+  auto client = o.Client();
+
+  auto dt = client->OpenDataset("tokens");
+  REQUIRE(dt.ok());
+  const uint64_t bytes = (*dt)->manifest.shards(0).size_bytes();
+  auto r = ReadAll(*client, *dt, 0, 0, dataset::ChunkCount((*dt)->manifest, 0));
+  REQUIRE(r.ok());
+  CHECK(*r == FileBytes(o.root / "tokens/shard-00000.bin", 0, bytes));
+  auto s1 = client->stats();
+  CHECK(s1.payload_bytes == bytes);
+  CHECK(s1.wire_bytes < bytes * 9 / 10);
+
+  auto dr = client->OpenDataset("recs");
+  REQUIRE(dr.ok());
+  REQUIRE(ReadAll(*client, *dr, 0, 0, 3).ok());
+  auto s2 = client->stats();
+  CHECK(s2.payload_bytes - s1.payload_bytes == OriginFixture::kShardBytes);
+  CHECK(s2.wire_bytes - s1.wire_bytes == OriginFixture::kShardBytes);  // RAW: no gain, no cost
+
+  // The server's metrics saw the same.
+  CHECK(metrics::Registry::Global().ValueOf("shardcache_origin_compression_ratio") > 1.0);
+}
+
+TEST_CASE("a chunk corrupted in transit is refetched and counted; one that stays corrupt is DataLoss",
+          "[origin][integrity]") {
+  OriginFixture o({}, /*faulty=*/true);
+  upstream::GrpcSourceOptions co;
+  co.max_retries = 3;
+  auto client = o.Client(co);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+
+  SECTION("corrupt twice, then good") {
+    o.faults->corrupt_chunk = 1;
+    o.faults->corrupt_first = 2;
+    auto r = ReadAll(*client, *d, 0, 0, 3);
+    REQUIRE(r.ok());
+    CHECK(*r == FileBytes(o.ShardPath(0), 0, OriginFixture::kShardBytes));
+    CHECK(client->stats().checksum_failures == 2);
+    CHECK(client->stats().retries == 2);
+  }
+  SECTION("corrupt every time") {
+    o.faults->corrupt_chunk = 2;
+    o.faults->corrupt_first = 1000;
+    std::vector<uint64_t> order;
+    auto r = ReadAll(*client, *d, 0, 0, 3, &order);
+    CHECK(r.status().code() == StatusCode::kDataLoss);
+    CHECK_THAT(r.status().message(), Catch::Contains("chunk 2"));
+    CHECK(order == std::vector<uint64_t>{0, 1});
+    CHECK(client->stats().checksum_failures == 4);
+  }
+}
+
+TEST_CASE("16 concurrent readers of one cold chunk cause one upstream fetch", "[origin][single_flight]") {
+  OriginFixture o({}, /*faulty=*/true);
+  o.faults->delay_ms = 300;
+  auto client = o.Client();
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  std::vector<std::thread> readers;
+  std::atomic<int> ok{0};
+  const std::string want = FileBytes(o.ShardPath(1), OriginFixture::kChunk, OriginFixture::kChunk);
+  for (int i = 0; i < 16; ++i) {
+    readers.emplace_back([&] {
+      auto c = client->ReadChunk(*d, 1, 1, Within(std::chrono::seconds(10)));
+      if (c.ok() && ChunkBytes(*c) == want) ok.fetch_add(1);
+    });
+  }
+  for (auto& t : readers) t.join();
+  CHECK(ok.load() == 16);
+  CHECK(o.faults->read_calls.load() == 1);
+  CHECK(client->stats().streams == 1);
+}
+
+TEST_CASE("demand fetches start before queued prefetches", "[origin][priority]") {
+  OriginFixture o({}, /*faulty=*/true);
+  o.faults->delay_ms = 150;
+  upstream::GrpcSourceOptions co;
+  co.connections = 1;
+  co.max_connections = 1;
+  co.chunks_per_stream = 1;
+  auto client = o.Client(co);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  std::mutex mu;
+  std::vector<std::string> finished;
+  auto read = [&](const char* name, uint32_t shard, uint64_t chunk, FetchPriority p) {
+    ReadOptions ro = Within(std::chrono::seconds(10));
+    ro.priority = p;
+    auto c = client->ReadChunk(*d, shard, chunk, ro);
+    std::lock_guard<std::mutex> lock(mu);
+    finished.push_back(c.ok() ? name : std::string("failed ") + name);
+  };
+  std::thread busy(read, "busy", 0, 0, FetchPriority::kPrefetch);  // takes the only stream
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread prefetch(read, "prefetch", 0, 1, FetchPriority::kPrefetch);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  std::thread demand(read, "demand", 0, 2, FetchPriority::kDemand);
+  busy.join();
+  prefetch.join();
+  demand.join();
+  CHECK(finished == std::vector<std::string>{"busy", "demand", "prefetch"});
+}
+
+TEST_CASE("a dead upstream fails with Unavailable at the caller's deadline", "[origin][faults]") {
+  const int port = FreePort();
+  upstream::GrpcSourceOptions co;
+  co.target = "127.0.0.1:" + std::to_string(port);
+  co.call_timeout = std::chrono::milliseconds(1000);
+  co.backoff_initial = std::chrono::milliseconds(20);
+  co.max_retries = 1000;
+  auto client = upstream::GrpcSource::Create(co);
+  REQUIRE(client.ok());
+  const auto t0 = Clock::now();
+  auto d = (*client)->OpenDataset("recs");
+  CHECK(d.status().code() == StatusCode::kUnavailable);
+
+  // Chunk reads with a dataset learned before the upstream died.
+  OriginFixture o;
+  auto live = o.Client();
+  auto known = live->OpenDataset("recs");
+  REQUIRE(known.ok());
+  const auto t1 = Clock::now();
+  std::string ignored;
+  Status s = (*client)->ReadChunks(*known, 0, 0, 3, Within(std::chrono::milliseconds(1500)),
+                                   [&](uint64_t, const ChunkPtr&) { return Status::Ok(); });
+  const double waited = std::chrono::duration<double>(Clock::now() - t1).count();
+  CHECK(s.code() == StatusCode::kUnavailable);
+  CHECK(waited >= 1.4);
+  CHECK(waited < 4.0);
+  (void)t0;
+}
+
+TEST_CASE("the last known manifest is served while the upstream is unreachable", "[origin][faults]") {
+  auto o = std::make_unique<OriginFixture>();
+  upstream::GrpcSourceOptions co;
+  co.manifest_ttl = std::chrono::milliseconds(0);
+  co.call_timeout = std::chrono::milliseconds(500);
+  co.max_retries = 1;
+  auto client = o->Client(co);
+  auto a = client->OpenDataset("recs");
+  REQUIRE(a.ok());
+  o->server->server->Shutdown(std::chrono::milliseconds(0));
+  auto b = client->OpenDataset("recs");
+  REQUIRE(b.ok());
+  CHECK((*b)->version == (*a)->version);
+}

@@ -1,0 +1,127 @@
+// The small concurrency parts of the upstream client: single-flight, the bandwidth bucket and
+// the adaptive stream controller.
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "daemon/upstream/single_flight.h"
+#include "daemon/upstream/stream_controller.h"
+#include "daemon/upstream/token_bucket.h"
+
+using namespace shardcache;
+using namespace shardcache::upstream;
+using Clock = std::chrono::steady_clock;
+
+TEST_CASE("single-flight: 16 concurrent callers of one key run the work once", "[single_flight]") {
+  SingleFlight<int, Result<int>> sf;
+  std::atomic<int> runs{0};
+  std::vector<std::thread> threads;
+  std::vector<int> got(16, -1);
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = sf.Do(42, Clock::now() + std::chrono::seconds(10), [&]() -> Result<int> {
+        runs.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        return 7;
+      });
+      got[i] = r.ok() ? *r : -2;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(runs.load() == 1);
+  for (int v : got) CHECK(v == 7);
+  CHECK(sf.InFlight() == 0);
+}
+
+TEST_CASE("single-flight: a leader that gives up releases its followers with Aborted", "[single_flight]") {
+  SingleFlight<int, Result<int>> sf;
+  auto follower_result = std::make_shared<std::optional<Result<int>>>();
+  {
+    auto leader = sf.Join(1);
+    REQUIRE(leader.leader());
+    auto follower = sf.Join(1);
+    REQUIRE_FALSE(follower.leader());
+    std::thread t([&, f = std::move(follower)]() mutable {
+      *follower_result = f.Wait(Clock::now() + std::chrono::seconds(5));
+    });
+    // leader goes out of scope without Publish
+    { auto gone = std::move(leader); }
+    t.join();
+  }
+  REQUIRE(follower_result->has_value());
+  CHECK((**follower_result).status().code() == StatusCode::kAborted);
+  // The key is free again: the next caller leads a new flight.
+  CHECK(sf.Join(1).leader());
+}
+
+TEST_CASE("single-flight: a follower's wait ends at its deadline", "[single_flight]") {
+  SingleFlight<int, Result<int>> sf;
+  auto leader = sf.Join(5);
+  auto follower = sf.Join(5);
+  const auto t0 = Clock::now();
+  CHECK_FALSE(follower.Wait(t0 + std::chrono::milliseconds(100)).has_value());
+  CHECK(Clock::now() - t0 >= std::chrono::milliseconds(100));
+  leader.Publish(3);
+  CHECK(**follower.Wait(Clock::now()) == 3);
+}
+
+TEST_CASE("token bucket holds the long-run rate", "[token_bucket]") {
+  TokenBucket b(10 << 20);  // 10 MiB/s
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 20; ++i) REQUIRE(b.Take(256 << 10, t0 + std::chrono::seconds(10)).ok());
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  // 5 MiB at 10 MiB/s, minus the 0.05 s burst: ~0.45 s.
+  CHECK(s > 0.35);
+  CHECK(s < 1.5);
+}
+
+TEST_CASE("token bucket: rate 0 is unlimited and a deadline stops the wait", "[token_bucket]") {
+  TokenBucket b(0);
+  CHECK(b.Take(1ull << 40, Clock::now()).ok());
+  b.SetRate(1 << 20);
+  CHECK(b.Take(100 << 20, Clock::now() + std::chrono::milliseconds(50)).code() ==
+        StatusCode::kDeadlineExceeded);
+}
+
+TEST_CASE("stream controller adds streams while goodput grows and backs off when it stops", "[controller]") {
+  StreamControllerOptions o;
+  o.initial = 2;
+  o.max = 8;
+  o.period = std::chrono::milliseconds(100);
+  o.hold_periods = 3;
+  auto now = Clock::now();
+  StreamController c(o, now);
+  uint64_t bytes = 0;
+  // Model: each stream carries 10 MB/s until the link (45 MB/s) is full.
+  auto step = [&] {
+    const double rate = std::min(45e6, 10e6 * c.limit());
+    now += std::chrono::milliseconds(100);
+    bytes += static_cast<uint64_t>(rate * 0.1);
+    c.Observe(now, bytes, true);
+  };
+  for (int i = 0; i < 40; ++i) step();
+  // 4 streams give 40 MB/s, 5 give 45 (+12%), 6 give 45 (no gain) -> back to 5.
+  CHECK(c.limit() >= 4);
+  CHECK(c.limit() <= 6);
+  int max_seen = 0;
+  for (int i = 0; i < 40; ++i) {
+    step();
+    max_seen = std::max(max_seen, c.limit());
+  }
+  CHECK(max_seen <= 6);
+}
+
+TEST_CASE("stream controller does not grow when no work waits", "[controller]") {
+  StreamControllerOptions o;
+  o.initial = 3;
+  o.period = std::chrono::milliseconds(100);
+  auto now = Clock::now();
+  StreamController c(o, now);
+  for (int i = 0; i < 20; ++i) {
+    now += std::chrono::milliseconds(100);
+    c.Observe(now, static_cast<uint64_t>(i) * 1000000, false);
+  }
+  CHECK(c.limit() == 3);
+}
