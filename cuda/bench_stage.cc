@@ -51,6 +51,7 @@ struct Args {
   int steps = 200;
   double step_over_copy = 2.5;  // step time ÷ copy time in the training loop
   bool host = false;            // force the host backend
+  bool cuda = false;            // demand a GPU (fail rather than measure the host path)
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -82,9 +83,10 @@ Args Parse(int argc, char** argv) {
     else if (k == "--steps") a.steps = std::atoi(val());
     else if (k == "--step-over-copy") a.step_over_copy = std::atof(val());
     else if (k == "--host") a.host = true;
+    else if (k == "--cuda") a.cuda = true;
     else if (k == "--quick") { a.batch_mib = 16; a.batches = 40; a.steps = 40; }
     else Die("unknown option " + k + " (--batch-mib N --arena-slots N --batches N --depth N --steps N "
-             "--step-over-copy X --host --quick)");
+             "--step-over-copy X --host|--cuda --quick)");
   }
   if (a.batch_mib == 0 || a.arena_slots < 2 || a.batches < 4 || a.depth < 1 || a.steps < 4) Die("bad sizes");
   return a;
@@ -219,6 +221,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   gpu::DeviceOptions dopt;
   if (a.host) dopt.select = gpu::DeviceOptions::Select::kHost;
+  if (a.cuda) dopt.select = gpu::DeviceOptions::Select::kCuda;
   gpu::Device dev = Check(gpu::Device::Open(dopt), "device");
   const uint64_t batch_bytes = a.batch_mib << 20;
   std::printf("bench_stage on %s: batches of %llu MiB, depth %d, arena %d slots\n", dev.Describe().c_str(),

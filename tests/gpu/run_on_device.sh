@@ -15,6 +15,7 @@
 # How it gets binaries, in order: (1) the build dependencies are installed → configure and build
 # build-gpu/ with CUDA for this GPU's architecture; (2) build-gpu-prebuilt/ exists → use it;
 # (3) apt works → deploy/setup.sh, then (1); (4) otherwise give up (exit 2).
+# SC_GPU_USE_PREBUILT=1 skips (1): take build-gpu-prebuilt/ when it exists.
 # Exit status: 0 when the [gpu] tests pass, over_peak >= 0.9 and stall_fraction <= 0.02;
 # 1 when something failed or a figure missed its mark; 2 when it could not run at all.
 # Writes run_on_device.log and result.json under $OUT when that is set.
@@ -86,7 +87,7 @@ build() {
 }
 BIN=""
 SOURCE=""
-if have_deps; then
+if [ "${SC_GPU_USE_PREBUILT:-0}" != 1 ] && have_deps; then
   build && SOURCE=built
 fi
 if [ -z "$BIN" ] && [ -x "$PREBUILT/bin/cuda_test" ] && [ -x "$PREBUILT/bin/bench_stage" ]; then
@@ -116,8 +117,9 @@ TEST_LOG=$(mktemp)
 timeout 150 "$BIN/cuda_test" "[gpu]" --durations yes >"$TEST_LOG" 2>&1
 TEST_RC=$?
 grep -v '^\[20' "$TEST_LOG" | tail -25 >&2
-GPU_CASES=$(grep -c ' s: ' "$TEST_LOG" || true)
 SUMMARY=$(grep -E '^(All tests passed|test cases:)' "$TEST_LOG" | tail -1)
+# "All tests passed (N assertions in M test cases)" or "test cases: M | ...".
+GPU_CASES=$(echo "$SUMMARY" | sed -n -e 's/.* in \([0-9]*\) test cases.*/\1/p' -e 's/^test cases: *\([0-9]*\).*/\1/p')
 timeout 60 "$BIN/cuda_test" "~[gpu]" >/dev/null 2>&1
 HOST_RC=$?
 log "[gpu] tests: rc=$TEST_RC ($SUMMARY); host variants: rc=$HOST_RC"
@@ -127,7 +129,7 @@ BENCH_T=$(( $(left) - 10 ))
 [ "$BENCH_T" -gt 240 ] && BENCH_T=240
 log "running bench_stage (limit ${BENCH_T}s)"
 BENCH_LOG=$(mktemp)
-timeout "$BENCH_T" "$BIN/bench_stage" >"$BENCH_LOG" 2>&1
+timeout "$BENCH_T" "$BIN/bench_stage" --cuda >"$BENCH_LOG" 2>&1
 BENCH_RC=$?
 cat "$BENCH_LOG" >&2
 BENCH_JSON=$(grep '^{' "$BENCH_LOG" | tail -1)
