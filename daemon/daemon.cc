@@ -7,14 +7,23 @@
 #include "common/metrics.h"
 #include "common/units.h"
 #include "daemon/admin/admin_server.h"
+#include "daemon/cache/cached_source.h"
+#include "daemon/serve/grpc_server.h"
 #include "daemon/serve/local_service.h"
+#include "daemon/serve/origin_service.h"
+#include "daemon/upstream/file_source.h"
+#include "daemon/upstream/grpc_source.h"
 
 namespace shardcache::daemon {
 
 struct Daemon::Parts {
+  // Owned here until the cache tier takes it over; `grpc` stays valid either way (setters).
   std::unique_ptr<ChunkSource> upstream;
+  upstream::GrpcSource* grpc = nullptr;
+  std::unique_ptr<cache::CachedSource> cache;
   // The source downstream services read from: the cache tier when there is one, else upstream.
   ChunkSource* serving = nullptr;
+  std::unique_ptr<serve::OriginServer> origin;
   std::unique_ptr<serve::LocalService> local;
 };
 
@@ -48,27 +57,70 @@ Status Daemon::StartAdmin() {
 
 Status Daemon::BuildUpstream() {
   SC_ASSIGN_OR_RETURN(config::Upstream u, config::ParseUpstream(config_.upstream));
-  switch (u.scheme) {
-    case config::Upstream::Scheme::kFile:
-      return Unimplemented("upstream: file:// sources (daemon/upstream FileSource) are not part of this build");
-    case config::Upstream::Scheme::kGrpc:
-    case config::Upstream::Scheme::kGrpcs:
-      return Unimplemented("upstream: grpc:// and grpcs:// sources (daemon/upstream GrpcSource) are not part of this build");
+  if (u.scheme == config::Upstream::Scheme::kFile) {
+    auto source = upstream::FileSource::Open(u.path);
+    if (!source.ok()) return source.status().WithContext("upstream " + config_.upstream);
+    parts_->upstream = std::move(*source);
+    return Status::Ok();
   }
-  return Internal("upstream: unknown scheme");
+  upstream::GrpcSourceOptions o;
+  SC_RETURN_IF_ERROR(upstream::ParseGrpcTarget(config_.upstream, &o).WithContext("upstream"));
+  o.ca = config_.tls.ca;
+  o.cert = config_.tls.cert;
+  o.key = config_.tls.key;
+  o.token = config_.auth.token;
+  o.connections = static_cast<int>(config_.fetch.connections);
+  o.max_connections = static_cast<int>(config_.fetch.max_connections);
+  o.bandwidth_bytes_per_s = config_.fetch.bandwidth_bytes_per_s;
+  o.call_timeout = config_.fetch.timeout;
+  o.max_retries = static_cast<int>(config_.fetch.retries);
+  auto source = upstream::GrpcSource::Create(std::move(o));
+  if (!source.ok()) return source.status().WithContext("upstream " + config_.upstream);
+  parts_->grpc = source->get();
+  parts_->upstream = std::move(*source);
+  return Status::Ok();
 }
 
 Status Daemon::BuildCache(const std::function<void(const std::string&)>& progress) {
-  parts_->serving = parts_->upstream.get();
-  if (config_.cache.size_bytes > 0) {
-    return Unimplemented("cache.size: the cache tiers (daemon/cache CachedSource) are not part of this build; set cache.size = 0");
+  // No cache tier only for the origin role: a file:// upstream without an NVMe budget (the
+  // page cache already holds hot files). A grpc upstream always gets one, for single-flight
+  // and the DRAM tier even when cache.size = 0.
+  const bool file_upstream = parts_->grpc == nullptr;
+  if (file_upstream && config_.cache.size_bytes == 0) {
+    parts_->serving = parts_->upstream.get();
+    return Status::Ok();
   }
+  cache::CacheOptions o;
+  o.dir = config_.cache.dir;
+  o.size_bytes = config_.cache.size_bytes;
+  o.memory_bytes = config_.cache.memory_size_bytes;
+  o.min_free_fraction = config_.cache.min_free.bytes == 0 ? config_.cache.min_free.percent / 100.0 : 0;
+  o.min_free_bytes = config_.cache.min_free.bytes;
+  SC_ASSIGN_OR_RETURN(o.eviction, cache::ParseEvictionPolicy(config::EvictionName(config_.cache.eviction)));
+  o.segment_bytes = config_.cache.segment_size_bytes;
+  if (progress && o.size_bytes > 0) progress("recovering cache index in " + o.dir);
+  auto cached = cache::CachedSource::Open(o, std::move(parts_->upstream));
+  if (!cached.ok()) return cached.status().WithContext("cache (cache.dir " + o.dir + ")");
+  parts_->cache = std::move(*cached);
+  parts_->serving = parts_->cache.get();
   return Status::Ok();
 }
 
 Status Daemon::StartOrigin() {
   if (config_.listen.origin.empty()) return Status::Ok();
-  return Unimplemented("listen.origin: the Origin gRPC server (daemon/serve/grpc_server.h) is not part of this build; set listen.origin = \"\"");
+  serve::ServerOptions o;
+  o.listen = config_.listen.origin;
+  o.tls_cert = config_.tls.cert;
+  o.tls_key = config_.tls.key;
+  o.tls_ca = config_.tls.ca;
+  o.require_client_cert = config_.tls.require_client_cert;
+  o.token = config_.auth.token;
+  auto server = serve::StartOriginServer(*parts_->serving, o);
+  if (!server.ok()) return server.status().WithContext("listen.origin " + o.listen);
+  parts_->origin = std::move(*server);
+  spdlog::info("Origin service on {}{}{}", o.listen, parts_->origin->server->tls() ? " (TLS)" : "",
+               o.token.empty() ? "" : " with bearer token");
+  return Status::Ok();
 }
 
 Status Daemon::StartLocal() {
@@ -80,6 +132,16 @@ Status Daemon::StartLocal() {
   o.arena_bytes = config_.local.arena_size_bytes;
   o.slot_count = config_.local.slots;
   o.prefetch_lookahead_bytes = config_.fetch.prefetch_bytes;
+  if (parts_->cache && config_.cache.eviction == config::Eviction::kClairvoyant) {
+    // The plans know every loader's future reads: hand them to the clairvoyant policy.
+    cache::CachedSource* cache = parts_->cache.get();
+    o.observer = [cache](const DatasetPtr& dataset, const std::vector<serve::ChunkAccess>& order) {
+      std::vector<cache::ChunkRef> refs;
+      refs.reserve(order.size());
+      for (const auto& a : order) refs.push_back({a.shard, a.chunk});
+      cache->SetFutureAccessOrder(dataset->version, cache->access_plan().Now(dataset->version), refs);
+    };
+  }
   parts_->local = std::make_unique<serve::LocalService>(*parts_->serving, std::move(o));
   return parts_->local->Start().WithContext("listen.socket");
 }
@@ -124,7 +186,13 @@ void Daemon::Stop() {
     parts_->local->Stop();
     parts_->local.reset();
   }
+  if (parts_->origin) {
+    parts_->origin->server->Shutdown();
+    parts_->origin.reset();
+  }
   parts_->serving = nullptr;
+  parts_->cache.reset();
+  parts_->grpc = nullptr;
   parts_->upstream.reset();
 }
 
@@ -141,9 +209,20 @@ Daemon::ReloadOutcome Daemon::ApplyReload(const config::Config& loaded) {
         config_.log.level = loaded.log.level;
       }
     } else if (key == "cache.size") {
-      st = FailedPrecondition("no cache tier in this build; restart to change");
+      st = parts_->cache ? parts_->cache->SetSizeBytes(loaded.cache.size_bytes)
+                         : FailedPrecondition("this daemon runs without a cache tier; restart to add one");
+      if (st.ok()) {
+        std::lock_guard<std::mutex> lock(reload_mu_);
+        config_.cache.size_bytes = loaded.cache.size_bytes;
+      }
     } else if (key == "fetch.bandwidth") {
-      st = FailedPrecondition("the upstream fetcher of this build has no run-time bandwidth setter; restart to change");
+      if (parts_->grpc != nullptr) {
+        parts_->grpc->SetBandwidth(loaded.fetch.bandwidth_bytes_per_s);
+        std::lock_guard<std::mutex> lock(reload_mu_);
+        config_.fetch.bandwidth_bytes_per_s = loaded.fetch.bandwidth_bytes_per_s;
+      } else {
+        st = FailedPrecondition("the cap applies to grpc:// upstreams; this daemon reads a file:// upstream");
+      }
     } else if (key == "fetch.prefetch") {
       st = FailedPrecondition("the local service of this build has no run-time prefetch setter; restart to change");
     } else {
@@ -190,6 +269,41 @@ std::string Daemon::StatusJson() const {
       j["datasets_error"] = list.status().ToString();
     }
   }
+  if (is_ready && parts_->cache) {
+    const cache::CacheStats cs = parts_->cache->Stats();
+    j["tiers"].push_back({{"name", "dram"},
+                          {"used_bytes", cs.dram_used_bytes},
+                          {"budget_bytes", cs.dram_budget_bytes},
+                          {"entries", cs.dram_entries},
+                          {"hits", cs.hits_dram},
+                          {"served_bytes", cs.served_dram_bytes}});
+    if (cs.nvme_enabled) {
+      j["tiers"].push_back({{"name", "nvme"},
+                            {"used_bytes", cs.nvme.segment_allocated_bytes + cs.nvme.index_bytes},
+                            {"budget_bytes", cs.nvme.size_bytes},
+                            {"entries", cs.nvme.entries},
+                            {"segments", cs.nvme.segments},
+                            {"hits", cs.hits_nvme},
+                            {"served_bytes", cs.served_nvme_bytes},
+                            {"evicted_segments", cs.nvme.evicted_segments},
+                            {"dir", config_.cache.dir},
+                            {"eviction", config::EvictionName(config_.cache.eviction)}});
+    }
+    const uint64_t hits = cs.hits_dram + cs.hits_nvme;
+    j["cache"] = {{"hits", hits},
+                  {"misses", cs.misses},
+                  {"hit_ratio", hits + cs.misses == 0 ? 0.0 : double(hits) / double(hits + cs.misses)},
+                  {"served_upstream_bytes", cs.served_upstream_bytes}};
+  }
+  if (is_ready && parts_->grpc != nullptr) {
+    const auto gs = parts_->grpc->stats();
+    j["upstream"]["wire_bytes"] = gs.wire_bytes;
+    j["upstream"]["payload_bytes"] = gs.payload_bytes;
+    j["upstream"]["retries"] = gs.retries;
+    j["upstream"]["checksum_failures"] = gs.checksum_failures;
+    j["upstream"]["streams"] = gs.stream_limit;
+    j["upstream"]["goodput_bytes_per_second"] = gs.goodput_bytes_per_s;
+  }
   if (is_ready && parts_->local) {
     j["clients"] = nlohmann::json::parse(parts_->local->StatsJson(), nullptr, false);
   }
@@ -198,7 +312,10 @@ std::string Daemon::StatusJson() const {
 
 Status Daemon::EvictDataset(const std::string& dataset) {
   SC_RETURN_IF_ERROR(CheckDatasetName(dataset));
-  return FailedPrecondition("no cache tier in this build: nothing to evict");
+  if (!ready() || !parts_->cache) {
+    return FailedPrecondition("this daemon has no cache tier: nothing to evict");
+  }
+  return parts_->cache->Evict(dataset);
 }
 
 }  // namespace shardcache::daemon

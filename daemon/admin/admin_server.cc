@@ -111,6 +111,12 @@ Status AdminServer::Start() {
   server_ = std::make_unique<httplib::Server>();
   const int threads = options_.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // httplib's default sets SO_REUSEPORT, which would let a second daemon share the port
+  // silently; SO_REUSEADDR alone still allows a quick restart.
+  server_->set_socket_options([](httplib::socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   Route();
   if (port == 0) {
     port_ = server_->bind_to_any_port(host);

@@ -1,0 +1,127 @@
+#include "tools/shardctl/admin_client.h"
+
+#include <cctype>
+#include <cstdlib>
+
+#include <httplib.h>
+
+namespace shardcache::shardctl {
+
+void AddMetricsAddrOption(CLI::App* sub, std::string* addr) {
+  *addr = kDefaultMetricsAddr;
+  sub->add_option("--metrics-addr", *addr, "the daemon's admin endpoint (listen.metrics)")
+      ->capture_default_str();
+}
+
+Result<std::string> AdminClient::Request(bool post, const std::string& path, int timeout_ms) {
+  std::string host = address_;
+  int port = 80;
+  if (host.rfind("http://", 0) == 0) host = host.substr(7);
+  const size_t colon = host.rfind(':');
+  if (colon != std::string::npos) {
+    port = std::atoi(host.c_str() + colon + 1);
+    host = host.substr(0, colon);
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty() || port <= 0 || port > 65535) {
+    return InvalidArgument("--metrics-addr '" + address_ + "' is not host:port");
+  }
+  httplib::Client cli(host, port);
+  cli.set_connection_timeout(std::chrono::milliseconds(timeout_ms));
+  cli.set_read_timeout(std::chrono::milliseconds(timeout_ms));
+  auto res = post ? cli.Post(path.c_str()) : cli.Get(path.c_str());
+  if (!res) {
+    return Unavailable("cannot reach shardcached at " + address_ + " (" + httplib::to_string(res.error()) +
+                       "); is it running, and is listen.metrics set to this address?");
+  }
+  if (res->status != 200) {
+    return Status(res->status == 404 ? StatusCode::kNotFound
+                  : res->status == 400 ? StatusCode::kInvalidArgument
+                  : res->status == 409 ? StatusCode::kFailedPrecondition
+                  : StatusCode::kInternal,
+                  "HTTP " + std::to_string(res->status) + " from " + address_ + path + ": " + res->body);
+  }
+  return res->body;
+}
+
+Result<std::string> AdminClient::Get(const std::string& path, int timeout_ms) { return Request(false, path, timeout_ms); }
+Result<std::string> AdminClient::Post(const std::string& path, int timeout_ms) { return Request(true, path, timeout_ms); }
+
+Result<Samples> ParsePrometheusText(const std::string& text) {
+  Samples out;
+  size_t pos = 0, line_no = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    // name{labels} value [timestamp]; label values may hold spaces and escaped quotes.
+    size_t i = 0;
+    while (i < line.size() && (std::isalnum(static_cast<unsigned char>(line[i])) || line[i] == '_' || line[i] == ':')) ++i;
+    if (i == 0) return InvalidArgument("metrics line " + std::to_string(line_no) + ": no metric name: " + line);
+    if (i < line.size() && line[i] == '{') {
+      bool in_quotes = false;
+      for (++i; i < line.size(); ++i) {
+        if (in_quotes && line[i] == '\\') { ++i; continue; }
+        if (line[i] == '"') in_quotes = !in_quotes;
+        else if (line[i] == '}' && !in_quotes) break;
+      }
+      if (i >= line.size()) return InvalidArgument("metrics line " + std::to_string(line_no) + ": unterminated labels");
+      ++i;
+    }
+    const std::string key = line.substr(0, i);
+    const char* v = line.c_str() + i;
+    while (*v == ' ') ++v;
+    char* vend = nullptr;
+    double value = std::strtod(v, &vend);
+    if (vend == v) {
+      if (std::string(v).rfind("+Inf", 0) == 0) value = HUGE_VAL;
+      else if (std::string(v).rfind("-Inf", 0) == 0) value = -HUGE_VAL;
+      else return InvalidArgument("metrics line " + std::to_string(line_no) + ": bad value: " + line);
+    }
+    out[key] = value;
+  }
+  return out;
+}
+
+double Value(const Samples& s, const std::string& key, double fallback) {
+  auto it = s.find(key);
+  return it == s.end() ? fallback : it->second;
+}
+
+std::map<std::string, double> Series(const Samples& s, const std::string& name) {
+  std::map<std::string, double> out;
+  for (auto it = s.lower_bound(name); it != s.end() && it->first.compare(0, name.size(), name) == 0; ++it) {
+    const std::string rest = it->first.substr(name.size());
+    if (rest.empty()) out[""] = it->second;
+    else if (rest.front() == '{') out[rest.substr(1, rest.size() - 2)] = it->second;
+  }
+  return out;
+}
+
+double Sum(const Samples& s, const std::string& name) {
+  double total = 0;
+  for (const auto& [labels, v] : Series(s, name)) total += v;
+  return total;
+}
+
+std::string LabelValue(const std::string& labels, const std::string& label) {
+  const std::string needle = label + "=\"";
+  size_t p = 0;
+  while ((p = labels.find(needle, p)) != std::string::npos) {
+    if (p == 0 || labels[p - 1] == ',') {
+      std::string out;
+      for (size_t i = p + needle.size(); i < labels.size() && labels[i] != '"'; ++i) {
+        if (labels[i] == '\\' && i + 1 < labels.size()) ++i;
+        out += labels[i];
+      }
+      return out;
+    }
+    p += needle.size();
+  }
+  return "";
+}
+
+}  // namespace shardcache::shardctl

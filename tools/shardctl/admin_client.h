@@ -1,0 +1,52 @@
+// AdminClient: shardctl's side of the daemon's admin HTTP endpoint (daemon/admin/admin_server.h)
+// — GET /status, GET /metrics, POST /evict — plus a parser for the Prometheus text format that
+// `shardctl top` reads.
+//
+// Thread safety: one AdminClient per thread; ParsePrometheusText is a pure function.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common/status.h"
+
+namespace shardcache::shardctl {
+
+constexpr char kDefaultMetricsAddr[] = "127.0.0.1:9750";
+
+// Adds --metrics-addr HOST:PORT (default 127.0.0.1:9750) to a subcommand.
+void AddMetricsAddrOption(CLI::App* sub, std::string* addr);
+
+class AdminClient {
+ public:
+  explicit AdminClient(std::string address) : address_(std::move(address)) {}
+  // Body of a 200 answer; Unavailable naming the address when the daemon cannot be reached;
+  // the HTTP code and body otherwise.
+  Result<std::string> Get(const std::string& path, int timeout_ms = 5000);
+  Result<std::string> Post(const std::string& path, int timeout_ms = 600000);
+
+ private:
+  Result<std::string> Request(bool post, const std::string& path, int timeout_ms);
+  const std::string address_;
+};
+
+// One scrape: series key (metric name plus rendered labels exactly as exposed, e.g.
+// `shardcache_cache_hits_total{tier="dram"}`) → value. Comments and histogram buckets
+// are kept like any other series.
+using Samples = std::map<std::string, double>;
+// InvalidArgument naming the line on malformed input.
+Result<Samples> ParsePrometheusText(const std::string& text);
+
+// Value of a series; `fallback` when absent.
+double Value(const Samples& s, const std::string& key, double fallback = 0);
+// Sum over every series of metric `name` (all label sets).
+double Sum(const Samples& s, const std::string& name);
+// Series of metric `name`, keyed by their label text (`tier="dram"`, "" when unlabeled).
+std::map<std::string, double> Series(const Samples& s, const std::string& name);
+// Value of label `label` inside a label text such as `loader="3",dataset="x"`.
+std::string LabelValue(const std::string& labels, const std::string& label);
+
+}  // namespace shardcache::shardctl

@@ -1,0 +1,140 @@
+#include "tools/shardctl/top_view.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <set>
+#include <vector>
+
+#include "common/units.h"
+
+namespace shardcache::shardctl {
+namespace {
+
+std::string Fmt(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+std::string Rate(double bytes_per_s) {
+  return FormatBytes(static_cast<uint64_t>(std::max(0.0, bytes_per_s))) + "/s";
+}
+
+std::string Uptime(double s) {
+  const long long t = static_cast<long long>(s);
+  if (t >= 3600) return Fmt("%lldh%02lldm", t / 3600, t % 3600 / 60);
+  return Fmt("%lldm%02llds", t / 60, t % 60);
+}
+
+}  // namespace
+
+std::string RenderTopFrame(const Samples& prev, const Samples& cur, double dt, const std::string& address) {
+  if (dt <= 0) dt = 1;
+  auto delta = [&](const std::string& key) { return std::max(0.0, Value(cur, key) - Value(prev, key)); };
+  auto delta_sum = [&](const std::string& name) { return std::max(0.0, Sum(cur, name) - Sum(prev, name)); };
+  std::string out;
+  out += Fmt("shardcache top  %s  up %s  every %.1f s\n\n", address.c_str(),
+             Uptime(Value(cur, "shardcache_process_uptime_seconds")).c_str(), dt);
+
+  // Cache: hit ratio over the interval (since start when nothing was read in it).
+  const std::string hd = "shardcache_cache_hits_total{tier=\"dram\"}", hn = "shardcache_cache_hits_total{tier=\"nvme\"}";
+  const bool has_cache = cur.count(hd) != 0;
+  if (has_cache) {
+    double dram = delta(hd), nvme = delta(hn), miss = delta("shardcache_cache_misses_total");
+    std::string when = "last interval";
+    if (dram + nvme + miss == 0) {
+      dram = Value(cur, hd);
+      nvme = Value(cur, hn);
+      miss = Value(cur, "shardcache_cache_misses_total");
+      when = "since start";
+    }
+    const double total = dram + nvme + miss;
+    if (total > 0) {
+      out += Fmt("cache     hit ratio %5.1f%%  (dram %.1f%%, nvme %.1f%%, miss %.1f%%; %s)\n",
+                 100 * (dram + nvme) / total, 100 * dram / total, 100 * nvme / total, 100 * miss / total, when.c_str());
+    } else {
+      out += "cache     no reads yet\n";
+    }
+    const std::string sb = "shardcache_cache_served_bytes_total";
+    out += Fmt("served    %s  (dram %s, nvme %s, upstream %s)\n", Rate(delta_sum(sb) / dt).c_str(),
+               Rate(delta(sb + "{tier=\"dram\"}") / dt).c_str(), Rate(delta(sb + "{tier=\"nvme\"}") / dt).c_str(),
+               Rate(delta(sb + "{tier=\"upstream\"}") / dt).c_str());
+    out += Fmt("tiers     dram %s / %s", FormatBytes(Value(cur, "shardcache_cache_dram_used_bytes")).c_str(),
+               FormatBytes(Value(cur, "shardcache_cache_dram_budget_bytes")).c_str());
+    if (Value(cur, "shardcache_cache_nvme_budget_bytes") > 0) {
+      out += Fmt("   nvme %s / %s   evicting %s", FormatBytes(Value(cur, "shardcache_cache_nvme_used_bytes")).c_str(),
+                 FormatBytes(Value(cur, "shardcache_cache_nvme_budget_bytes")).c_str(),
+                 Rate(delta("shardcache_cache_evicted_bytes_total") / dt).c_str());
+    }
+    out += "\n";
+  } else {
+    out += "cache     none (pass-through)\n";
+  }
+
+  // Upstream: goodput (verified bytes), wire bytes and their ratio, streams, retries.
+  if (cur.count("shardcache_upstream_payload_bytes_total") != 0) {
+    const double payload = delta("shardcache_upstream_payload_bytes_total") / dt;
+    const double wire = delta("shardcache_upstream_wire_bytes_total") / dt;
+    out += Fmt("upstream  %s verified  wire %s (x%.2f)  streams %.0f/%.0f  retries %.0f/s  bad chunks %.0f\n",
+               Rate(payload).c_str(), Rate(wire).c_str(), wire > 0 ? payload / wire : 1.0,
+               Value(cur, "shardcache_upstream_fetches_in_flight"), Value(cur, "shardcache_upstream_stream_limit"),
+               delta("shardcache_upstream_retries_total") / dt,
+               Value(cur, "shardcache_upstream_checksum_failures_total"));
+  } else if (cur.count("shardcache_file_read_bytes_total") != 0) {
+    out += Fmt("upstream  files: reading %s\n", Rate(delta("shardcache_file_read_bytes_total") / dt).c_str());
+  }
+  if (cur.count("shardcache_origin_chunks_total") != 0) {
+    out += Fmt("origin    serving %s to downstream daemons (wire %s)\n",
+               Rate(delta("shardcache_origin_payload_bytes_total") / dt).c_str(),
+               Rate(delta("shardcache_origin_wire_bytes_total") / dt).c_str());
+  }
+
+  // Trainers, node-wide.
+  if (cur.count("shardcache_serve_bytes_total") != 0) {
+    const double conns = Value(cur, "shardcache_serve_connections");
+    const double stall_s = delta("shardcache_serve_stall_microseconds_total") / 1e6 / dt;
+    out += Fmt("trainers  %.0f connected  %.1f batches/s  %s  waiting %.2f s/s",
+               conns, delta("shardcache_serve_batches_total") / dt,
+               Rate(delta("shardcache_serve_bytes_total") / dt).c_str(), stall_s);
+    if (conns > 0) out += Fmt(" (stall %.1f%% per connection)", 100 * stall_s / conns);
+    out += "\n";
+  }
+
+  // Per loader.
+  const auto bytes = Series(cur, "shardcache_loader_bytes_total");
+  if (!bytes.empty()) {
+    const auto bytes_prev = Series(prev, "shardcache_loader_bytes_total");
+    const auto batches = Series(cur, "shardcache_loader_batches_total");
+    const auto batches_prev = Series(prev, "shardcache_loader_batches_total");
+    const auto stall = Series(cur, "shardcache_loader_stall_microseconds_total");
+    const auto stall_prev = Series(prev, "shardcache_loader_stall_microseconds_total");
+    auto d = [](const std::map<std::string, double>& a, const std::map<std::string, double>& b, const std::string& k) {
+      auto ia = a.find(k);
+      auto ib = b.find(k);
+      return std::max(0.0, (ia == a.end() ? 0 : ia->second) - (ib == b.end() ? 0 : ib->second));
+    };
+    struct Row { std::string loader, dataset, rank; double bps, batches, stall_pct; };
+    std::vector<Row> rows;
+    for (const auto& [labels, v] : bytes) {
+      rows.push_back({LabelValue(labels, "loader"), LabelValue(labels, "dataset"), LabelValue(labels, "rank"),
+                      d(bytes, bytes_prev, labels) / dt, d(batches, batches_prev, labels) / dt,
+                      100 * d(stall, stall_prev, labels) / 1e6 / dt});
+    }
+    // The slowest (most stalled) loaders first: they are the ones an operator looks for.
+    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.stall_pct > b.stall_pct; });
+    out += Fmt("\n%-8s %-28s %5s %10s %14s %7s\n", "LOADER", "DATASET", "RANK", "BATCHES/S", "THROUGHPUT", "STALL%");
+    for (const auto& r : rows) {
+      out += Fmt("%-8s %-28s %5s %10.1f %14s %6.1f%%\n", r.loader.c_str(), r.dataset.substr(0, 28).c_str(),
+                 r.rank.c_str(), r.batches, Rate(r.bps).c_str(), std::min(100.0, r.stall_pct));
+    }
+  } else {
+    out += "\n(no per-loader series exported; trainer figures above are node-wide)\n";
+  }
+  return out;
+}
+
+}  // namespace shardcache::shardctl
