@@ -56,9 +56,11 @@ def start_nginx(b, root):
     prefix = b.path("nginx")
     os.makedirs(os.path.join(prefix, "logs"), exist_ok=True)
     conf = os.path.join(prefix, "nginx.conf")
+    # Started as root, nginx workers drop to "nobody", who cannot read the 0700 work dir.
+    user = "user root;\n" if os.geteuid() == 0 else ""
     with open(conf, "w") as f:
         f.write(f"""daemon off;
-worker_processes 1;
+{user}worker_processes 1;
 pid {prefix}/nginx.pid;
 error_log {prefix}/logs/error.log warn;
 events {{ worker_connections 64; }}

@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <mutex>
 
 #include "shardcache/local.pb.h"
@@ -19,38 +21,96 @@ namespace client_internal {
 constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kMaxMessageBytes = 16u << 20;
 
-// One socket and one arena mapping. Requests are serialized by mu.
+// One socket and one arena mapping.
+//
+// The daemon answers requests in order, one response each. Besides plain calls (send, wait
+// for the answer) the connection sends two kinds of requests without waiting:
+//   - ReleaseBatch: its (empty) answer is read and dropped later, so returning a slot costs one
+//     send, not a round trip;
+//   - a speculative NextBatch poll (timeout 1 ms) sent right after a batch arrives, so that the
+//     next batch's description is usually waiting in the socket when the trainer asks for it.
+// `expected` lists, in order, what each outstanding response is for; whoever reads the socket
+// files each response where it belongs. Everything is serialized by mu.
 struct Connection {
   int fd = -1;
   const uint8_t* arena = nullptr;
   uint64_t arena_bytes = 0;
   uint32_t slot_count = 0;
   uint64_t slot_bytes = 0;
+
+  enum class Expect { kDiscard, kSpeculative };
+  struct Outstanding {
+    Expect kind;
+    uint64_t loader_id;
+  };
+
   std::mutex mu;
-  bool broken = false;  // GUARDED_BY(mu): a transport error happened; every call fails fast
+  bool broken = false;                           // GUARDED_BY(mu): every call fails fast
+  std::deque<Outstanding> expected;              // GUARDED_BY(mu)
+  std::map<uint64_t, v1::LocalResponse> polled;  // GUARDED_BY(mu): speculative answers by loader
 
   ~Connection() {
     if (arena != nullptr) munmap(const_cast<uint8_t*>(arena), arena_bytes);
     if (fd >= 0) close(fd);
   }
 
-  // Sends req and reads one response; *received_fd gets a descriptor passed with it (or -1).
+  // Sends req and reads its response; *received_fd gets a descriptor passed with it (or -1).
   Status Call(const v1::LocalRequest& req, v1::LocalResponse* resp, int* received_fd = nullptr) {
     std::lock_guard<std::mutex> l(mu);
     if (broken) return Unavailable("connection to shardcached was lost");
-    Status s = CallLocked(req, resp, received_fd);
-    if (!s.ok()) {
+    Status send_error = SendLocked(req);
+    // After a failed send, a response may still be waiting: a daemon that refuses a peer answers
+    // PermissionDenied before it closes, and that answer says more than EPIPE.
+    Status s = DrainLocked();
+    if (s.ok()) s = ReceiveLocked(resp, received_fd);
+    if (!send_error.ok() || !s.ok()) broken = true;
+    if (!s.ok()) return send_error.ok() ? s : send_error;
+    return StatusOf(*resp);
+  }
+
+  // Sends req without waiting for its response.
+  void SendAsync(const v1::LocalRequest& req, Expect kind, uint64_t loader_id) {
+    std::lock_guard<std::mutex> l(mu);
+    if (broken) return;
+    if (!SendLocked(req).ok()) {
       broken = true;
-      return s;
+      return;
     }
-    if (resp->code() != 0) {
-      return Status(static_cast<StatusCode>(resp->code()), resp->message());
+    expected.push_back({kind, loader_id});
+  }
+
+  // The answer to loader_id's speculative poll, reading the socket as far as needed.
+  Status TakePolled(uint64_t loader_id, v1::LocalResponse* resp) {
+    std::lock_guard<std::mutex> l(mu);
+    for (;;) {
+      if (auto it = polled.find(loader_id); it != polled.end()) {
+        *resp = std::move(it->second);
+        polled.erase(it);
+        return Status::Ok();
+      }
+      if (broken) return Unavailable("connection to shardcached was lost");
+      if (expected.empty()) return Internal("no speculative request outstanding");
+      Status s = DrainOneLocked();
+      if (!s.ok()) {
+        broken = true;
+        return s;
+      }
     }
-    return Status::Ok();
+  }
+
+  // Forgets a loader's unread speculative answer (its loader is closing).
+  void DropPolled(uint64_t loader_id) {
+    std::lock_guard<std::mutex> l(mu);
+    polled.erase(loader_id);
+  }
+
+  static Status StatusOf(const v1::LocalResponse& r) {
+    if (r.code() == 0) return Status::Ok();
+    return Status(static_cast<StatusCode>(r.code()), r.message());
   }
 
  private:
-  Status CallLocked(const v1::LocalRequest& req, v1::LocalResponse* resp, int* received_fd) {
+  Status SendLocked(const v1::LocalRequest& req) {
     std::string body;
     req.SerializeToString(&body);
     std::string frame(4, '\0');
@@ -58,22 +118,34 @@ struct Connection {
     for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
     frame += body;
     size_t off = 0;
-    Status send_error;
     while (off < frame.size()) {
       ssize_t w = ::send(fd, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        send_error = Unavailable(std::string("sending to shardcached: ") + std::strerror(errno));
-        break;
-      }
+      if (w < 0) return Unavailable(std::string("sending to shardcached: ") + std::strerror(errno));
       off += static_cast<size_t>(w);
     }
+    return Status::Ok();
+  }
+
+  // Reads the responses of every request sent without waiting.
+  Status DrainLocked() {
+    while (!expected.empty()) SC_RETURN_IF_ERROR(DrainOneLocked());
+    return Status::Ok();
+  }
+
+  Status DrainOneLocked() {
+    const Outstanding o = expected.front();
+    expected.pop_front();
+    v1::LocalResponse r;
+    SC_RETURN_IF_ERROR(ReceiveLocked(&r, nullptr));
+    if (o.kind == Expect::kSpeculative) polled[o.loader_id] = std::move(r);
+    return Status::Ok();  // a release's answer: an error only means the slot was already free
+  }
+
+  Status ReceiveLocked(v1::LocalResponse* resp, int* received_fd) {
     if (received_fd) *received_fd = -1;
     uint8_t hdr[4];
-    // After a failed send, a response may still be waiting: a daemon that refuses a peer answers
-    // PermissionDenied before it closes, and that answer says more than EPIPE.
-    Status rs = Receive(hdr, 4, received_fd);
-    if (!rs.ok()) return send_error.ok() ? rs : send_error;
+    SC_RETURN_IF_ERROR(Receive(hdr, 4, received_fd));
     const uint32_t rlen = uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 |
                           uint32_t{hdr[3]} << 24;
     if (rlen > kMaxMessageBytes) {
@@ -130,13 +202,17 @@ struct LoaderCore {
   uint64_t dataset_samples = 0;
   uint64_t record_bytes = 0;
   mutable std::mutex mu;
-  uint64_t consumed = 0;  // GUARDED_BY(mu)
+  uint64_t consumed = 0;       // GUARDED_BY(mu)
+  std::mutex next_mu;          // one Next() at a time per loader
+  bool poll_pending = false;   // GUARDED_BY(next_mu): a speculative NextBatch is outstanding
 
   ~LoaderCore() {
     v1::LocalRequest req;
     req.mutable_close_loader()->set_loader_id(id);
     v1::LocalResponse resp;
     (void)conn->Call(req, &resp);  // a lost connection closed it already
+    // A batch read ahead but never handed out: the daemon freed its slot with the loader.
+    conn->DropPolled(id);
   }
 };
 
@@ -185,15 +261,14 @@ Status Batch::Release() {
   v1::LocalRequest req;
   req.mutable_release_batch()->set_loader_id(core_->id);
   req.mutable_release_batch()->set_slot(slot_);
-  v1::LocalResponse resp;
-  Status s = core_->conn->Call(req, &resp);
+  core_->conn->SendAsync(req, Connection::Expect::kDiscard, core_->id);
   core_.reset();
   data_ = nullptr;
   ids_.clear();
   offsets_.clear();
   lengths_.clear();
   payload_bytes_ = 0;
-  return s;
+  return Status::Ok();
 }
 
 // ---- Loader
@@ -201,13 +276,31 @@ Status Batch::Release() {
 Loader::~Loader() = default;
 
 Result<Batch> Loader::Next() {
-  v1::LocalRequest req;
-  req.mutable_next_batch()->set_loader_id(core_->id);
-  req.mutable_next_batch()->set_timeout_ms(core_->options.next_timeout_ms);
+  std::lock_guard<std::mutex> next_lock(core_->next_mu);
   v1::LocalResponse resp;
-  SC_RETURN_IF_ERROR(core_->conn->Call(req, &resp));
+  bool have = false;
+  if (core_->poll_pending) {
+    core_->poll_pending = false;
+    SC_RETURN_IF_ERROR(core_->conn->TakePolled(core_->id, &resp));
+    // Not ready yet (or no slot free at that moment): ask again, this time waiting.
+    have = resp.code() == 0;
+  }
+  if (!have) {
+    v1::LocalRequest req;
+    req.mutable_next_batch()->set_loader_id(core_->id);
+    req.mutable_next_batch()->set_timeout_ms(core_->options.next_timeout_ms);
+    SC_RETURN_IF_ERROR(core_->conn->Call(req, &resp));
+  }
   const auto& r = resp.next_batch();
   if (r.end_of_epoch()) return OutOfRange("end of epoch");
+  {
+    // Ask for the following batch now; the answer waits in the socket until the next Next().
+    v1::LocalRequest poll;
+    poll.mutable_next_batch()->set_loader_id(core_->id);
+    poll.mutable_next_batch()->set_timeout_ms(1);
+    core_->conn->SendAsync(poll, Connection::Expect::kSpeculative, core_->id);
+    core_->poll_pending = true;
+  }
   const Connection& c = *core_->conn;
   const size_t n = static_cast<size_t>(r.sample_ids_size());
   if (r.slot() >= c.slot_count || r.offset() > c.arena_bytes || r.payload_bytes() > c.slot_bytes ||

@@ -122,11 +122,11 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"epoch\":%llu,\"rank\":%u,\"samples\":%llu,\"bytes\":%llu,\"batches\":%zu,"
         "\"wall_s\":%.6f,\"mbit\":%.3f,\"next_p50_us\":%.1f,\"next_p99_us\":%.1f,"
-        "\"stall_s\":%.6f,\"stall_fraction\":%.5f,\"daemon_wait_us\":%llu,\"touch_sum\":%llu}\n",
+        "\"first_next_us\":%.1f,\"max_next_us\":%.1f,\"stall_s\":%.6f,\"stall_fraction\":%.5f,\"daemon_wait_us\":%llu,\"touch_sum\":%llu}\n",
         static_cast<unsigned long long>(e), o.rank, static_cast<unsigned long long>(samples),
         static_cast<unsigned long long>(bytes), next_us.size(), wall,
         wall > 0 ? bytes * 8 / wall / 1e6 : 0.0, Percentile(next_us, 0.5), Percentile(next_us, 0.99),
-        stall_s, wall > 0 ? stall_s / wall : 0.0, static_cast<unsigned long long>(daemon_wait_us),
+        next_us.empty() ? 0.0 : next_us.front(), Percentile(next_us, 1.0), stall_s, wall > 0 ? stall_s / wall : 0.0, static_cast<unsigned long long>(daemon_wait_us),
         static_cast<unsigned long long>(sum));
     std::fflush(stdout);
   }

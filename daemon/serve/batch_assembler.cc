@@ -122,7 +122,9 @@ void BatchAssembler::WorkerLoop() {
 bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stop_ || warm_inflight_ >= options_.max_warm_inflight) return false;
+    const uint32_t cap = std::min(options_.max_warm_inflight,
+                                  std::max<uint32_t>(1, options_.read_threads / 2));
+    if (stop_ || warm_inflight_ >= cap) return false;
     ++warm_inflight_;
   }
   Submit(

@@ -79,8 +79,9 @@ struct BatchAssemblerOptions {
   // Threads that read chunks for batches and warm-ups. Default: 16 (cold reads wait on the
   // network, not the CPU).
   uint32_t read_threads = 16;
-  // Warm reads in flight at once, over all loaders. Default: 32.
-  uint32_t max_warm_inflight = 32;
+  // Warm reads in flight at once, over all loaders; capped at half the read threads so that
+  // demand reads always find a free thread. Default: 8.
+  uint32_t max_warm_inflight = 8;
   // Deadline of one batch's reads. Default: 120 s.
   uint32_t read_timeout_ms = 120000;
 };

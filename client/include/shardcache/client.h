@@ -19,8 +19,12 @@
 // Errors are Status / Result (common/status.h, installed beside this header); no exceptions.
 // The library needs only libprotobuf-lite: no gRPC, no RocksDB.
 //
+// Latency: Next() asks the daemon for the following batch as soon as a batch arrives (a poll
+// that does not wait), so a trainer that computes longer than the daemon needs to assemble a
+// batch finds the next one already described in its socket; releasing a batch is one send.
+//
 // Thread safety: a Client and its Loaders may be used from several threads; requests on one
-// connection are serialized. A Batch may be read from any thread and destroyed on any thread.
+// connection are serialized, and Next() calls on one Loader are serialized. A Batch may be read from any thread and destroyed on any thread.
 // Objects may be destroyed in any order: a Loader stays open in the daemon until it and every
 // Batch it returned are gone, and the connection until the last Loader and Batch are gone.
 #pragma once
@@ -136,7 +140,8 @@ class Loader {
 
   // Resume point, tracked locally (equal to the daemon's LoaderState).
   LoaderState state() const;
-  // The daemon's view of the same.
+  // The daemon's view: samples it handed to this client, which may include one batch the
+  // client library read ahead and has not returned from Next() yet. Resume from state().
   Result<LoaderState> QueryState();
 
   uint64_t samples_per_epoch() const;
