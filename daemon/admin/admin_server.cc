@@ -113,7 +113,7 @@ Status AdminServer::Start() {
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // httplib's default sets SO_REUSEPORT, which would let a second daemon share the port
   // silently; SO_REUSEADDR alone still allows a quick restart.
-  server_->set_socket_options([](httplib::socket_t sock) {
+  server_->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
