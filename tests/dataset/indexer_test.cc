@@ -133,6 +133,15 @@ TEST_CASE("indexing errors name what is wrong", "[dataset][indexer]") {
     REQUIRE_FALSE(r.ok());
     CHECK_THAT(r.status().message(), Catch::Contains("x.bin") && Catch::Contains("x.idx"));
   }
+  SECTION("a shard path that is not UTF-8 (manifest paths are proto3 strings)") {
+    WriteFile(tmp / "u/ok.bin", "12345678");
+    WriteFile(tmp / "u/bad\xff.bin", "12345678");
+    o.record_bytes = 8;
+    auto r = IndexDirectory(tmp / "u", o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(r.status().message(), Catch::Contains("UTF-8"));
+  }
   SECTION("a chunk size out of bounds") {
     o.record_bytes = 8;
     o.chunk_bytes = 100;
