@@ -1,6 +1,7 @@
 #include "daemon/cache/nvme_store.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -22,8 +23,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 // The cache directory and the index directory themselves (du counts their blocks).
 constexpr uint64_t kDirOverheadBytes = 8192;
-// Head-room for WAL and memtable flushes between two measurements of the index directory.
+// Head-room for WAL and memtable flushes between two measurements of the index directory
+// (capped at half the reserve, since the index is re-measured at every segment roll).
 constexpr uint64_t kIndexGrowthBytes = 8ull << 20;
+// The writer takes up to this much from the queue at once (one pwritev per segment run).
+constexpr size_t kMaxBatchItems = 256;
+constexpr uint64_t kMaxBatchBytes = 16ull << 20;
 
 uint64_t NowUnixSeconds() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
@@ -358,15 +363,22 @@ void NvmeStore::WriterLoop() {
       }
       continue;
     }
-    QueueItem item = std::move(queue_.front());
-    queue_.pop_front();
+    std::vector<QueueItem> batch;
+    uint64_t batch_bytes = 0;
+    while (!queue_.empty() && batch.size() < kMaxBatchItems && batch_bytes < kMaxBatchBytes) {
+      batch_bytes += queue_.front().chunk->bytes.size();
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
     writer_busy_ = true;
     lock.unlock();
-    StoreOne(item);
+    StoreBatch(batch);
     lock.lock();
-    auto p = pending_.find(item.key);
-    if (p != pending_.end() && p->second == item.chunk) pending_.erase(p);
-    queue_bytes_ -= item.chunk->bytes.size();
+    for (const auto& item : batch) {
+      auto p = pending_.find(item.key);
+      if (p != pending_.end() && p->second == item.chunk) pending_.erase(p);
+    }
+    queue_bytes_ -= batch_bytes;
     space_cv_.notify_all();
     const bool commit_due = uncommitted_bytes_ >= options_.commit_bytes ||
                             (!uncommitted_.empty() && Clock::now() - last_commit >= interval);
@@ -381,7 +393,8 @@ void NvmeStore::WriterLoop() {
 }
 
 uint64_t NvmeStore::IndexAllowance(uint64_t measured) const {
-  return std::max(options_.EffectiveIndexReserve(), measured + kIndexGrowthBytes);
+  const uint64_t reserve = options_.EffectiveIndexReserve();
+  return std::max(reserve, measured + std::min(kIndexGrowthBytes, reserve / 2));
 }
 
 int64_t NvmeStore::HeadroomAboveFloor() const {
@@ -439,6 +452,7 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
   std::vector<std::shared_ptr<SegmentFile>> victims;
   uint32_t id = 0;
   bool declined = false;
+  bool disk_full = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     measured_index_bytes_ = measured;
@@ -461,9 +475,12 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
       const bool over_budget = need > size_bytes_;
       const bool over_floor = headroom + freed < static_cast<int64_t>(options_.segment_bytes);
       if (!over_budget && !over_floor) break;
-      std::optional<uint32_t> victim = PickVictimLocked(fp);
+      // Over the budget the policy may decline the chunk; short of disk space it must give a
+      // segment back (forced), and with none left the chunk passes through.
+      std::optional<uint32_t> victim = PickVictimLocked(over_budget ? std::optional<uint64_t>(fp) : std::nullopt);
       if (!victim) {
         declined = true;
+        disk_full = !over_budget;
         break;
       }
       victims.push_back(EvictLocked(*victim));
@@ -472,6 +489,16 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
     if (!declined) id = next_segment_id_++;
   }
   DropFiles(victims);
+  if (declined && disk_full) {
+    enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
+    CacheMetrics::Get().enospc_passthrough->Add();
+    SC_LOG_RATE_LIMITED(spdlog::level::warn,
+                        "cache: file system of {} is at its free-space floor and the cache holds no segment "
+                        "to give back; serving without storing",
+                        options_.dir);
+    enospc_backoff_until_ = Clock::now() + std::chrono::seconds(1);
+    return false;
+  }
   if (declined) {
     admission_declined_.fetch_add(1, std::memory_order_relaxed);
     CacheMetrics::Get().admission_declined->Add();
@@ -508,69 +535,110 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
   return true;
 }
 
-void NvmeStore::StoreOne(const QueueItem& item) {
-  const uint64_t length = item.chunk->bytes.size();
-  const uint64_t extent = AlignUp(length, kDirectIoAlign);
-  const uint64_t fp = Fingerprint(item.key);
-  if (extent > options_.segment_bytes || length == 0 || length > UINT32_MAX) return;
-  {
+void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
+  struct Planned {
+    const QueueItem* item;
+    uint64_t fp;
+    uint64_t length;
+    uint64_t extent;
+    uint64_t offset;
+  };
+  std::vector<Planned> group;        // back to back in `group_file` from group[0].offset
+  std::shared_ptr<SegmentFile> group_file;
+  uint32_t group_segment = 0;
+
+  auto flush_group = [&] {
+    if (group.empty()) return;
+    std::vector<struct iovec> iov;
+    iov.reserve(group.size());
+    for (const auto& p : group) {
+      // AlignedBuffer capacity is rounded up to 4 KiB, so the padded extent is readable; the
+      // pad bytes are never served (reads stop at the chunk length).
+      iov.push_back({const_cast<uint8_t*>(p.item->chunk->bytes.data()), p.extent});
+    }
+    Status w = Status::Ok();
+    for (size_t at = 0; at < iov.size() && w.ok(); at += IOV_MAX) {
+      const int n = static_cast<int>(std::min<size_t>(IOV_MAX, iov.size() - at));
+      w = group_file->WriteV(iov.data() + at, n, group[at].offset);
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    if (index_.count(fp)) return;
-  }
-  if (!EnsureOpenSegment(extent, fp)) return;
-  std::shared_ptr<SegmentFile> file;
-  uint32_t id;
-  uint64_t offset;
-  {
+    auto it = segments_.find(group_segment);
+    if (!w.ok()) {
+      if (it != segments_.end()) {
+        it->second.sealed = true;  // never write behind a failed extent
+        it->second.write_offset = group[0].offset;
+        if (open_segment_ == group_segment) open_segment_ = 0;
+      }
+      if (w.code() == StatusCode::kResourceExhausted) {
+        enospc_passthrough_.fetch_add(group.size(), std::memory_order_relaxed);
+        CacheMetrics::Get().enospc_passthrough->Add(group.size());
+      }
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: storing {} chunks in {}: {}; serving without storing",
+                          group.size(), group_file->path(), w.ToString());
+      group.clear();
+      return;
+    }
+    uint64_t bytes = 0;
+    for (const auto& p : group) bytes += p.extent;
+    written_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    CacheMetrics::Get().written_bytes->Add(bytes);
+    if (it == segments_.end()) {  // evicted meanwhile (budget shrunk to nothing)
+      group.clear();
+      return;
+    }
+    for (const auto& p : group) {
+      const QueueItem& item = *p.item;
+      EntryRecord rec;
+      rec.length = static_cast<uint32_t>(p.length);
+      rec.version_high = item.key.version.high;
+      rec.version_low = item.key.version.low;
+      rec.shard = item.key.shard;
+      rec.chunk = item.key.chunk;
+      rec.hash_high = item.chunk->hash.high;
+      rec.hash_low = item.chunk->hash.low;
+      const Loc loc{group_segment, static_cast<uint32_t>(p.length), p.offset};
+      auto [pos, inserted] = index_.try_emplace(p.fp, loc);
+      if (!inserted) {
+        RemoveFingerprintLocked(p.fp, pos->second.segment);
+        pos->second = loc;
+      }
+      it->second.fingerprints.push_back(p.fp);
+      uncommitted_.push_back(EntryPut{group_segment, p.offset, rec});
+      uncommitted_bytes_ += p.extent;
+    }
+    it->second.last_tick = ++tick_;
+    group.clear();
+  };
+
+  for (const QueueItem& item : items) {
+    const uint64_t length = item.chunk->bytes.size();
+    const uint64_t extent = AlignUp(length, kDirectIoAlign);
+    const uint64_t fp = Fingerprint(item.key);
+    if (extent > options_.segment_bytes || length == 0 || length > UINT32_MAX) continue;
+    bool fits = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (index_.count(fp)) continue;
+      if (open_segment_ != 0 && open_segment_ == group_segment) {
+        fits = segments_[open_segment_].write_offset + extent <= options_.segment_bytes;
+      }
+    }
+    if (!fits) {
+      // Write what we have before the open segment may be sealed and victims chosen.
+      flush_group();
+      if (!EnsureOpenSegment(extent, fp)) continue;
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    id = open_segment_;
-    if (id == 0) return;
-    auto& s = segments_[id];
-    file = s.file;
-    offset = s.write_offset;
+    if (open_segment_ == 0) continue;
+    auto& s = segments_[open_segment_];
+    if (open_segment_ != group_segment) {
+      group_segment = open_segment_;
+      group_file = s.file;
+    }
+    group.push_back(Planned{&item, fp, length, extent, s.write_offset});
     s.write_offset += extent;
   }
-  // AlignedBuffer capacity is rounded up to 4 KiB, so the padded extent is readable; the pad
-  // bytes are never served (reads stop at the chunk length).
-  Status w = file->Write(item.chunk->bytes.data(), extent, offset);
-  if (!w.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = segments_.find(id);
-    if (it != segments_.end()) {
-      it->second.sealed = true;  // never write behind a failed extent
-      it->second.write_offset = offset;
-      if (open_segment_ == id) open_segment_ = 0;
-    }
-    if (w.code() == StatusCode::kResourceExhausted) {
-      enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
-      CacheMetrics::Get().enospc_passthrough->Add();
-    }
-    SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: storing chunk {}: {}; serving without storing",
-                        item.key.ToString(), w.ToString());
-    return;
-  }
-  written_bytes_.fetch_add(extent, std::memory_order_relaxed);
-  CacheMetrics::Get().written_bytes->Add(extent);
-  EntryRecord rec;
-  rec.length = static_cast<uint32_t>(length);
-  rec.version_high = item.key.version.high;
-  rec.version_low = item.key.version.low;
-  rec.shard = item.key.shard;
-  rec.chunk = item.key.chunk;
-  rec.hash_high = item.chunk->hash.high;
-  rec.hash_low = item.chunk->hash.low;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = segments_.find(id);
-  if (it == segments_.end()) return;  // evicted meanwhile (budget shrunk to nothing)
-  auto [pos, inserted] = index_.try_emplace(fp, Loc{id, static_cast<uint32_t>(length), offset});
-  if (!inserted) {
-    RemoveFingerprintLocked(fp, pos->second.segment);
-    pos->second = Loc{id, static_cast<uint32_t>(length), offset};
-  }
-  it->second.fingerprints.push_back(fp);
-  it->second.last_tick = ++tick_;
-  uncommitted_.push_back(EntryPut{id, offset, rec});
-  uncommitted_bytes_ += extent;
+  flush_group();
 }
 
 void NvmeStore::Commit() {

@@ -14,7 +14,7 @@
 //
 // Budget. Allocated bytes under `dir` = segments × segment_bytes (each fallocated to full size)
 // + the index directory + two directory inodes. A new segment is allocated only when
-//   (segments + 1) × segment_bytes + max(index_reserve, measured index + 8 MiB) + 8 KiB ≤ size
+//   (segments + 1) × segment_bytes + max(reserve, measured index + min(8 MiB, reserve/2)) + 8 KiB ≤ size
 // and the file system keeps its free-space floor; otherwise a victim segment is evicted
 // (policy decides; it may decline, and the chunk is then served but not stored). The index
 // allowance is the stated overhead: by default 8 MiB + size/512.
@@ -156,7 +156,9 @@ class NvmeStore {
   NvmeStore(const CacheOptions& options, std::unique_ptr<IndexDb> db, const AccessPlan* plan);
   Status Recover();
   void WriterLoop();
-  void StoreOne(const QueueItem& item);
+  // Writes a batch of queued chunks: extents that land back to back in one segment go out in
+  // one pwritev, then are published together.
+  void StoreBatch(std::vector<QueueItem>& items);
   // Makes sure a segment with room for `extent` bytes is open. Returns false when the chunk
   // is not to be stored (declined, disk full). Takes and releases mu_ itself.
   bool EnsureOpenSegment(uint64_t extent, uint64_t fingerprint);

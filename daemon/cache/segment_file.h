@@ -21,6 +21,8 @@
 #include <memory>
 #include <string>
 
+#include <sys/uio.h>
+
 #include "common/fs.h"
 #include "common/status.h"
 
@@ -40,6 +42,9 @@ class SegmentFile {
 
   // Writes `length` bytes (a 4 KiB multiple) from a 4 KiB-aligned buffer at `offset`.
   Status Write(const uint8_t* data, size_t length, uint64_t offset);
+  // Writes `count` extents (each 4 KiB-aligned and a 4 KiB multiple) back to back from
+  // `offset` with one pwritev where possible.
+  Status WriteV(const struct iovec* iov, int count, uint64_t offset);
   Status Sync();
   // Removes the file name; readers holding this object keep reading the open fd.
   Status Unlink();
