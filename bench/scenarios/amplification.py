@@ -39,7 +39,7 @@ def body(quick, argv):
         m0 = node.metrics()
         kw = dict(batch_size=64, shuffle=mode, seed=3)
         if mode == "global":
-            kw["max_batches"] = (1024 if quick else 4096) // 64
+            kw["max_batches"] = (512 if quick else 4096) // 64
         r = b.trainer_epochs(sock, "small", **kw)[0]
         m1 = node.metrics()
         fetched = (m1.get("shardcache_upstream_payload_bytes_total", 0) -

@@ -25,7 +25,7 @@ def body(quick, argv):
     b.daemon("origin", "file://" + b.path("data"), origin_port=port, cache_size=0, memory_size=0)
     sock = b.path("node.sock")
     node = b.daemon("node", f"grpc://127.0.0.1:{port}", socket_path=sock,
-                    cache_size=2 * dataset_bytes + 256 * S.MiB, memory_size=128 * S.MiB,
+                    cache_size=2 * dataset_bytes + 256 * S.MiB, memory_size=dataset_bytes + 64 * S.MiB,
                     segment_size=64 * S.MiB, prefetch=64 * S.MiB, arena=64 * S.MiB, slots=8)
     print(f"dataset: {dataset_bytes / S.MiB:.0f} MiB, {chunks_in_dataset} chunks; {ranks} ranks")
     m0 = node.metrics()
