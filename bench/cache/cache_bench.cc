@@ -74,6 +74,7 @@ int Epochs(const std::string& dir, uint64_t dataset_mib, uint64_t cache_mib, uin
                 epochs, r->HitRatioAfterFirst(), static_cast<unsigned long long>(r->UpstreamBytes() >> 20));
     for (auto b : r->upstream_bytes_per_epoch) std::printf(" %llu", static_cast<unsigned long long>(b >> 20));
     std::printf(")   %.1f s\n", r->seconds);
+    if (std::getenv("CACHE_BENCH_VERBOSE")) std::printf("  cache stats: %s\n", r->cache_stats_json.c_str());
     std::fflush(stdout);
     const std::string name = EvictionPolicyName(kind);
     json += "\"hit_ratio_" + name + "\": " + std::to_string(r->HitRatioAfterFirst()) + ", ";

@@ -27,8 +27,14 @@ std::optional<uint32_t> ClairvoyantPolicy::PickVictim(std::span<const SegmentSum
   }
   if (!victim || !incoming) return victim;
   const uint64_t incoming_next = plan_.NextUseDistance(*incoming);
-  if (incoming_next >= victim_score) return std::nullopt;  // bypass: not worth an eviction
+  // Only a segment nothing in the plan needs again is given up for a new chunk (see header).
+  if (victim_score != AccessPlan::kNever || incoming_next == AccessPlan::kNever) return std::nullopt;
   return victim;
+}
+
+bool ClairvoyantPolicy::AdmitIntoFreedSpace(uint64_t fingerprint) {
+  // At the budget, only chunks the plan will read again are worth the space.
+  return plan_.empty() || plan_.NextUseDistance(fingerprint) != AccessPlan::kNever;
 }
 
 }  // namespace shardcache::cache

@@ -39,6 +39,9 @@ class EvictionPolicy {
   virtual const char* name() const = 0;
   virtual std::optional<uint32_t> PickVictim(std::span<const SegmentSummary> segments,
                                              std::optional<uint64_t> incoming) = 0;
+  // Asked for each chunk that would fill space freed by an eviction while the tier is at its
+  // budget (the open segment after an admission eviction). Default: admit.
+  virtual bool AdmitIntoFreedSpace(uint64_t fingerprint) { return true; }
 };
 
 // `plan` is required for kClairvoyant (it must outlive the policy), ignored otherwise.

@@ -630,6 +630,13 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (open_segment_ == 0) continue;
+    const bool at_budget = (segments_.size() + 1) * options_.segment_bytes + IndexAllowance(measured_index_bytes_) +
+                               kDirOverheadBytes > size_bytes_;
+    if (at_budget && !policy_->AdmitIntoFreedSpace(fp)) {
+      admission_declined_.fetch_add(1, std::memory_order_relaxed);
+      CacheMetrics::Get().admission_declined->Add();
+      continue;
+    }
     auto& s = segments_[open_segment_];
     if (open_segment_ != group_segment) {
       group_segment = open_segment_;

@@ -31,10 +31,14 @@ std::vector<cache::ChunkRef> GlobalShuffleTrace(const dataset::Dataset& d, uint3
 
 Result<EpochTraceResult> RunEpochTrace(const EpochTraceOptions& o) {
   auto ds = MakeSyntheticDataset(o.dataset);
+  // A short write queue: chunks waiting for the writer are served from memory, and a long
+  // queue would act as an unbudgeted extra tier and blur the policies' hit ratios.
+  cache::CacheOptions copts = o.cache;
+  copts.write_queue_bytes = 2 * o.dataset.chunk_bytes;
   auto up = std::make_unique<FakeUpstream>();
   up->AddDataset(o.dataset, ds);
   FakeUpstream* upstream = up.get();
-  SC_ASSIGN_OR_RETURN(auto cache, cache::CachedSource::Open(o.cache, std::move(up)));
+  SC_ASSIGN_OR_RETURN(auto cache, cache::CachedSource::Open(copts, std::move(up)));
   const auto trace = GlobalShuffleTrace(*ds, o.epochs, o.shuffle_seed);
   if (o.cache.eviction == cache::EvictionPolicyKind::kClairvoyant) {
     cache->SetFutureAccessOrder(ds->version, 0, trace);
@@ -59,6 +63,8 @@ Result<EpochTraceResult> RunEpochTrace(const EpochTraceOptions& o) {
     }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cache->Flush();
+  r.cache_stats_json = cache->Stats().ToJson();
   return r;
 }
 

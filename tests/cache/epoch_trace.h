@@ -33,6 +33,7 @@ struct EpochTraceResult {
   uint64_t UpstreamBytes() const;
   uint64_t errors = 0;               // failed reads or wrong bytes
   double seconds = 0;
+  std::string cache_stats_json;      // CacheStats at the end
 };
 
 // The chunk order of `epochs` global-shuffle epochs over every chunk of `dataset`.
