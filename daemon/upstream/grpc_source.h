@@ -3,10 +3,10 @@
 //
 // How it fills a long, high-latency link:
 //   * `max_connections` independent HTTP/2 connections (one channel each, kept apart with
-//     GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL plus a distinct channel argument), large flow-control
-//     windows (BDP probing on). One stream runs per connection at a time, so each stream gets
-//     a whole window.
-//   * ReadChunks splits its range into sub-ranges of `chunks_per_stream` chunks, fetched
+//     GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL plus a distinct channel argument), large fixed
+//     flow-control windows (64 MiB stream lookahead, 1 MiB frames). One stream runs per
+//     connection at a time, so each stream gets a whole window.
+//   * ReadChunks splits its range into sub-ranges of up to `chunks_per_stream` chunks, fetched
 //     concurrently, and delivers chunks to the sink strictly in order. At most (limit + 1)
 //     sub-ranges per call are outstanding ahead of the delivery point, which bounds memory.
 //   * The number of concurrent streams starts at `connections` and hill-climbs on measured
@@ -80,8 +80,8 @@ struct GrpcSourceOptions {
   // Refetches of one chunk that fails verification before DataLoss; also the retry count of
   // unary calls. (Chunk streams retry transport failures until the caller's deadline.)
   int max_retries = 8;
-  // Chunks per ReadChunks stream.
-  int chunks_per_stream = 8;
+  // Most chunks per upstream stream (short ranges are split finer; see ReadChunks).
+  int chunks_per_stream = 4;
   // Backoff between attempts: initial, doubled per failure, capped; each jittered x[0.5, 1.5).
   std::chrono::milliseconds backoff_initial{50};
   std::chrono::milliseconds backoff_max{2000};
