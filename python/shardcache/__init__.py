@@ -16,5 +16,9 @@ A loader iterates one epoch; `loader.set_epoch(e)` starts another. Errors raise
 when that module is used).
 """
 from ._shardcache import Batch, Client, Error, Loader, DEFAULT_SOCKET
+# GPU staging: shardcache.Stager(client, loader, depth=2, convert=...) yields DeviceBatch objects
+# whose tensors export to torch.from_dlpack as CUDA tensors ordered after the copy.
+from ._shardcache import DeviceBatch, DeviceTensor, Stager, cuda_available
 
-__all__ = ["Batch", "Client", "Error", "Loader", "DEFAULT_SOCKET"]
+__all__ = ["Batch", "Client", "Error", "Loader", "DEFAULT_SOCKET",
+           "DeviceBatch", "DeviceTensor", "Stager", "cuda_available"]

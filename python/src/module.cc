@@ -15,6 +15,7 @@
 #include <string>
 
 #include "shardcache/client.h"
+#include "python/src/stager_binding.h"
 
 namespace py = pybind11;
 using namespace shardcache;
@@ -362,4 +363,7 @@ PYBIND11_MODULE(_shardcache, m) {
       .def_property_readonly("arena_bytes", [](const PyClient& c) { return c.client->arena_bytes(); })
       .def_property_readonly("slot_count", [](const PyClient& c) { return c.client->slot_count(); })
       .def_property_readonly("slot_bytes", [](const PyClient& c) { return c.client->slot_bytes(); });
+
+  // shardcache.Stager / DeviceBatch (python/src/stager_binding.cc).
+  RegisterStager(m, [](py::handle c) { return c.cast<PyClient&>().client; });
 }
