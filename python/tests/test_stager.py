@@ -188,3 +188,32 @@ def test_torch_from_dlpack_sees_the_staged_batch(socket_path, expected):
     tok = tokens_of(expected, batch.sample_ids).astype(numpy.int64)
     assert numpy.array_equal(x.cpu().numpy(), tok[:, :-1])
     assert numpy.array_equal(y.cpu().numpy(), tok[:, 1:])
+
+
+@pytest.mark.skipif(not shardcache.cuda_available(), reason="no GPU on this machine")
+def test_on_a_gpu_tensors_export_with_the_cuda_device_type(socket_path):
+    client = shardcache.Client(socket_path)
+    stager = shardcache.Stager(client, client.loader("tokens-v3", batch_size=8), convert="tokens_int64")
+    assert stager.device.startswith("cuda:0")
+    batch = next(iter(stager))
+    assert batch.device == "cuda:0"
+    assert batch.data.__dlpack_device__() == (2, 0)
+    assert type(batch.data.__dlpack__(stream=None)).__name__ == "PyCapsule"  # legacy default stream
+    assert type(batch.data.__dlpack__(stream=-1)).__name__ == "PyCapsule"    # no synchronisation
+    with pytest.raises(BufferError, match="stream 0 is ambiguous"):
+        batch.data.__dlpack__(stream=0)
+
+
+@pytest.mark.skipif(not shardcache.cuda_available(), reason="no GPU on this machine")
+def test_torch_on_a_side_stream_reads_the_copy_it_was_ordered_after(socket_path, expected):
+    torch = pytest.importorskip("torch")
+    client = shardcache.Client(socket_path)
+    stager = shardcache.Stager(client, client.loader("tokens-v3", batch_size=8, seed=6, shuffle="global"),
+                               depth=3, convert="tokens_shift")
+    side = torch.cuda.Stream()
+    for batch in stager:
+        with torch.cuda.stream(side):  # torch passes side.cuda_stream as __dlpack__(stream=)
+            x = torch.from_dlpack(batch.inputs) + 0
+        side.synchronize()
+        tok = tokens_of(expected, batch.sample_ids).astype(numpy.int64)
+        assert numpy.array_equal(x.cpu().numpy(), tok[:, :-1])
