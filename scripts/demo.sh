@@ -53,3 +53,34 @@ for ds in images tokens; do
   done
 done
 step "done: every chunk of both datasets arrived over gRPC and matched its manifest hash"
+
+# ---- the trainer side: a node daemon with a cache in front of the origin, and 2 ranks of a
+# job reading 2 epochs through shared memory (scripts/demo_trainer.py prints a row per epoch).
+sock="$work/node.sock"
+mport=$(free_port)
+cat > "$work/node.toml" <<TOML
+upstream = "grpc://127.0.0.1:$port"
+[listen]
+origin = ""
+socket = "$sock"
+metrics = "127.0.0.1:$mport"
+[cache]
+dir = "$work/node-cache"
+size = "1GiB"
+memory_size = "64MiB"
+eviction = "clairvoyant"
+segment_size = "64MiB"
+[local]
+arena_size = "256MiB"
+slots = 16
+TOML
+step "starting a node daemon (NVMe cache in $work/node-cache, upstream = the origin)"
+"$bin/shardcached" --config "$work/node.toml" >"$work/node.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 400); do
+  [ -S "$sock" ] && curl -sf "http://127.0.0.1:$mport/ready" >/dev/null && break
+  sleep 0.05
+done
+[ -S "$sock" ] || { echo "node daemon did not start; log:"; cat "$work/node.log"; exit 1; }
+step "2 ranks read 2 epochs of 'tokens' through the node (block shuffle; epoch 0 cold, epoch 1 warm)"
+/usr/bin/python3 "$(dirname "$0")/demo_trainer.py" "$bin" "$sock" "$mport" tokens 2 2
