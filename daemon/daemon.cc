@@ -1,5 +1,7 @@
 #include "daemon/daemon.h"
 
+#include <future>
+
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -181,6 +183,11 @@ void Daemon::Stop() {
     admin_->Stop();
     admin_.reset();
   }
+  {
+    std::lock_guard<std::mutex> lock(list_mu_);
+    if (list_future_.valid()) list_future_.wait();
+    list_future_ = {};
+  }
   // Then the reverse of Start: downstream servers before the sources they read from.
   if (parts_->local) {
     parts_->local->Stop();
@@ -255,7 +262,7 @@ std::string Daemon::StatusJson() const {
   j["tiers"] = nlohmann::json::array();
   j["datasets"] = nlohmann::json::array();
   if (is_ready && parts_->serving != nullptr) {
-    auto list = parts_->serving->ListDatasets();
+    auto list = ListDatasetsBounded();
     if (list.ok()) {
       for (const auto& d : *list) {
         j["datasets"].push_back({{"name", d.name()},
@@ -308,6 +315,21 @@ std::string Daemon::StatusJson() const {
     j["clients"] = nlohmann::json::parse(parts_->local->StatsJson(), nullptr, false);
   }
   return j.dump(2) + "\n";
+}
+
+Result<std::vector<v1::DatasetSummary>> Daemon::ListDatasetsBounded() const {
+  // A grpc upstream that is down answers only after fetch.timeout and its retries; /status
+  // must answer at once, so the listing runs on its own thread and a slow one is reported
+  // (and reused by the next request) instead of waited for. Stop() waits for it.
+  std::lock_guard<std::mutex> lock(list_mu_);
+  if (!list_future_.valid()) {
+    ChunkSource* source = parts_->serving;
+    list_future_ = std::async(std::launch::async, [source] { return source->ListDatasets(); });
+  }
+  if (list_future_.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
+    return Unavailable("the upstream did not list its datasets within 2 s");
+  }
+  return list_future_.get();  // leaves the future invalid: the next request lists afresh
 }
 
 Status Daemon::EvictDataset(const std::string& dataset) {

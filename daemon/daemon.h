@@ -24,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -79,11 +80,14 @@ class Daemon {
   Status BuildCache(const std::function<void(const std::string&)>& progress);
   Status StartOrigin();
   Status StartLocal();
+  Result<std::vector<v1::DatasetSummary>> ListDatasetsBounded() const;
 
   config::Config config_;
   mutable std::mutex reload_mu_;  // guards the reloadable fields of config_ read by StatusJson
   const std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();
   std::atomic<bool> ready_{false};
+  mutable std::mutex list_mu_;
+  mutable std::future<Result<std::vector<v1::DatasetSummary>>> list_future_;  // GUARDED_BY(list_mu_)
 
   // The pipeline stages, with the components' concrete types (defined in daemon.cc so this
   // header does not pull in gRPC, RocksDB and the serving code).

@@ -193,6 +193,17 @@ TEST_CASE("a node daemon with a cache tier: status shows tiers, top shows hits, 
   auto j = nlohmann::json::parse(Http(node_metrics, "/status").second);
   CHECK(j["cache"]["misses"] == 8);
   CHECK(j["cache"]["hits"] == 4);
+
+  // With the origin gone, /status still answers promptly (the listing is bounded at 2 s).
+  origin.Kill();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [code, body] = Http(node_metrics, "/status");
+  const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(body);
+  CHECK(code == 200);
+  CHECK(took_s < 5.0);
+  node.Signal(SIGTERM);
+  CHECK(node.Wait(60s) == 0);
 }
 
 TEST_CASE("SIGHUP applies reloadable keys, warns about the rest, and refuses a broken file", "[deploy][daemon]") {
