@@ -146,7 +146,7 @@ int RestartOpen(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  spdlog::set_level(spdlog::level::warn);
+  spdlog::set_level(std::getenv("CACHE_BENCH_VERBOSE") ? spdlog::level::info : spdlog::level::warn);
   CLI::App app("cache_bench: cache tier figures through the C++ API");
   app.require_subcommand(1);
   std::string dir;

@@ -215,6 +215,12 @@ Result<std::string> IndexDb::GetBlob(const std::string& key) {
   return value;
 }
 
+uint64_t IndexDb::EstimateKeys() const {
+  uint64_t n = 0;
+  if (!db_->GetIntProperty("rocksdb.estimate-num-keys", &n)) return 0;
+  return n;
+}
+
 uint64_t IndexDb::DiskBytes() const {
   uint64_t total = 0;
   DIR* d = opendir(path_.c_str());

@@ -115,6 +115,9 @@ class IndexDb {
   Status PutBlob(const std::string& key, const std::string& value);
   Result<std::string> GetBlob(const std::string& key);
 
+  // RocksDB's estimate of the number of keys (to size the in-memory map before loading).
+  uint64_t EstimateKeys() const;
+
   // Allocated bytes of the index directory (st_blocks), for the budget.
   uint64_t DiskBytes() const;
   const std::string& path() const { return path_; }
