@@ -1,0 +1,209 @@
+#!/usr/bin/python3
+"""bench/run cold [--quick] [--rtt-ms 30] [--rate-mbit 1000] [--window-kib 512] [--shuffle global]
+
+Cold epoch over a modelled long-distance link: origin shardcached (file upstream) → wanem
+(/work/shared/tools/wanem.py, or $SHARDCACHE_WANEM) → node shardcached with an empty cache →
+one sc_trainer_bench client reads one epoch through the node's local socket. Run once with
+incompressible records and once with token records (uint16 Zipf ids, compressible); each kind
+gets a fresh origin, wanem and node so nothing is cached. Peers in the same run: `aria2c -x16
+-s16` and `curl` download the same incompressible shard files from nginx through a wanem with
+the same settings.
+
+goodput = dataset bytes delivered to the client ÷ wall time of the client process.
+link_mbit = the wanem rate; effective_over_link_<kind> = goodput ÷ link (it can exceed 1 for
+compressible data, since the link carries compressed bytes). wire_bytes and compression_ratio
+come from the node's shardcache_upstream_{wire,payload}_bytes_total counters.
+
+Exit status: 0 measured, 1 could not measure, 2 wanem.py absent."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _serving as S  # noqa: E402
+from fetch import start_nginx, wait_port  # noqa: E402
+
+WANEM = os.environ.get("SHARDCACHE_WANEM", "/work/shared/tools/wanem.py")
+
+
+def start_wanem(b, name, upstream_port, link):
+    port = S.free_port()
+    ready = b.path(name + ".ready")
+    log = open(b.path(name + ".log"), "w")
+    p = subprocess.Popen(["/usr/bin/python3", WANEM, "--listen", f"127.0.0.1:{port}",
+                          "--upstream", f"127.0.0.1:{upstream_port}",
+                          "--rtt-ms", str(link["rtt_ms"]), "--rate-mbit", str(link["rate_mbit"]),
+                          "--window-kib", str(link["window_kib"]),
+                          "--stats-file", b.path(name + ".stats.json"), "--ready-file", ready],
+                         stdout=log, stderr=subprocess.STDOUT)
+    b.procs.append(p)
+    end = time.time() + 30
+    while not os.path.exists(ready):
+        if p.poll() is not None or time.time() > end:
+            raise S.CannotMeasure(f"wanem did not start; log:\n{open(b.path(name + '.log')).read()[-1500:]}")
+        time.sleep(0.05)
+    return port, p
+
+
+def stop(b, p):
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    if p in b.procs:
+        b.procs.remove(p)
+
+
+def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
+    """Fresh origin → wanem → empty node; one client epoch. Returns the figures of this kind."""
+    data_root = b.path("data")
+    oport = S.free_port()
+    origin = b.daemon(f"origin-{kind}", "file://" + data_root, origin_port=oport, cache_size=0,
+                      memory_size=0)
+    wport, wanem = start_wanem(b, f"wanem-{kind}", oport, link)
+    sock = b.path(f"node-{kind}.sock")
+    node = b.daemon(f"node-{kind}", f"grpc://127.0.0.1:{wport}", socket_path=sock,
+                    cache_size=2 * dataset_bytes + 512 * S.MiB, memory_size=0,
+                    segment_size=64 * S.MiB, prefetch=256 * S.MiB, arena=256 * S.MiB, slots=16)
+    m0 = node.metrics()
+    t0 = time.perf_counter()
+    epochs = b.trainer_epochs(sock, dataset, batch_size=16, shuffle=shuffle, seed=7)
+    wall = time.perf_counter() - t0
+    m1 = node.metrics()
+    if not epochs:
+        raise S.CannotMeasure(f"sc_trainer_bench printed no epoch for {kind}")
+    e = epochs[-1]
+    if e["samples"] != samples:
+        raise S.CannotMeasure(f"{kind}: client read {e['samples']} samples, dataset has {samples}")
+
+    def delta(name):
+        return m1.get(name, 0.0) - m0.get(name, 0.0)
+
+    wire = delta("shardcache_upstream_wire_bytes_total")
+    payload = delta("shardcache_upstream_payload_bytes_total")
+    fetched = delta("shardcache_cache_upstream_fetched_chunks_total")
+    for p in (node.proc, wanem, origin.proc):
+        stop(b, p)
+    if wire <= 0:
+        raise S.CannotMeasure(f"{kind}: node counted no upstream wire bytes (cache not cold?)")
+    goodput = e["bytes"] * 8 / wall / 1e6
+    ratio = payload / wire
+    print(f"  {kind:14s}: {e['bytes'] / S.MiB:7.1f} MiB in {wall:6.2f} s = {goodput:7.1f} Mbit/s "
+          f"goodput ({goodput / link['rate_mbit']:.2f} × link); wire {wire / S.MiB:.1f} MiB, "
+          f"payload {payload / S.MiB:.1f} MiB (ratio {ratio:.2f}), {fetched:.0f} chunks fetched, "
+          f"client stall {e.get('stall_fraction', 0):.2f}")
+    return {"goodput_mbit": goodput, "wire_bytes": int(wire), "compression_ratio": ratio,
+            "effective_over_link": goodput / link["rate_mbit"], "wall_s": wall}
+
+
+def peers(b, dataset_dir, link):
+    """aria2c -x16 -s16 and curl fetch every shard of dataset_dir from nginx through wanem."""
+    root = os.path.dirname(dataset_dir)
+    shards = sorted(f for f in os.listdir(dataset_dir) if f.endswith(".bin"))
+    total = sum(os.path.getsize(os.path.join(dataset_dir, f)) for f in shards)
+    nport = start_nginx(b, root)
+    wport, wanem = start_wanem(b, "wanem-http", nport, link)
+    base = f"http://127.0.0.1:{wport}/{os.path.basename(dataset_dir)}/"
+    out = b.path("peer-out")
+    os.makedirs(out, exist_ok=True)
+
+    def check_and_clear():
+        got = sum(os.path.getsize(os.path.join(out, f)) for f in shards if os.path.exists(os.path.join(out, f)))
+        for f in os.listdir(out):
+            os.unlink(os.path.join(out, f))
+        return got
+
+    lst = b.path("aria2.list")
+    with open(lst, "w") as f:
+        f.write("".join(base + s + "\n" for s in shards))
+    t0 = time.perf_counter()
+    r = subprocess.run(["aria2c", "-x16", "-s16", "-k1M", "-j1", "-q", "--file-allocation=none",
+                        "--allow-overwrite=true", "--auto-file-renaming=false", "-d", out, "-i", lst],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    aria_wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise S.CannotMeasure(f"aria2c failed ({r.returncode}): {r.stdout[-1000:]}")
+    if check_and_clear() != total:
+        raise S.CannotMeasure("aria2c downloaded a different byte count")
+    t0 = time.perf_counter()
+    for s in shards:
+        c = subprocess.run(["curl", "-s", "-f", "-o", os.path.join(out, s), base + s])
+        if c.returncode != 0:
+            raise S.CannotMeasure(f"curl failed with {c.returncode}")
+    curl_wall = time.perf_counter() - t0
+    if check_and_clear() != total:
+        raise S.CannotMeasure("curl downloaded a different byte count")
+    stop(b, wanem)
+    aria, curl = total * 8 / aria_wall / 1e6, total * 8 / curl_wall / 1e6
+    print(f"  aria2c -x16 -s16: {total / S.MiB:.1f} MiB in {aria_wall:.2f} s = {aria:.1f} Mbit/s")
+    print(f"  curl (one file at a time): {total / S.MiB:.1f} MiB in {curl_wall:.2f} s = {curl:.1f} Mbit/s")
+    return aria, curl
+
+
+def body(quick, argv):
+    link = {"rtt_ms": 30.0, "rate_mbit": 1000.0, "window_kib": 512}
+    shuffle = "global"
+    it = iter(argv)
+    for a in it:
+        if a in ("--rtt-ms", "--rate-mbit"):
+            link[a[2:].replace("-", "_")] = float(next(it))
+        elif a == "--window-kib":
+            link["window_kib"] = int(next(it))
+        elif a == "--shuffle":
+            shuffle = next(it)
+        else:
+            raise S.CannotMeasure(f"unknown option {a}")
+    if not os.path.exists(WANEM):
+        print(f"cannot measure: {WANEM} is absent", file=sys.stderr)
+        print(json.dumps({"error": f"{WANEM} is absent"}))
+        sys.exit(2)
+    S.need("shardcached", "shardctl", "sc_datagen", "sc_trainer_bench")
+    for tool in ("nginx", "aria2c", "curl"):
+        if subprocess.run(["which", tool], stdout=subprocess.DEVNULL).returncode != 0:
+            raise S.CannotMeasure(f"{tool} is not installed (deploy/setup.sh)")
+    b = S.Bench("cold")
+    record = 64 * 1024
+    shards, per_shard = (4, 256) if quick else (8, 2048)  # 64 MiB quick, 1 GiB full
+    dataset_bytes = shards * per_shard * record
+    print(f"link: wanem rtt {link['rtt_ms']:g} ms, rate {link['rate_mbit']:g} Mbit/s, window "
+          f"{link['window_kib']} KiB per connection; dataset {dataset_bytes / S.MiB:.0f} MiB per kind "
+          f"({shards} shards of {per_shard} × {record // 1024} KiB records, 4 MiB chunks), "
+          f"shuffle {shuffle}, cold node cache")
+    ds = {}
+    for kind, gen in (("incompressible", "random"), ("tokens", "tokens")):
+        ds[kind] = b.records_dataset(kind, shards, per_shard, record, kind=gen)
+    res = {kind: cold_epoch(b, kind, kind, dataset_bytes, shards * per_shard, link, shuffle)
+           for kind in ds}
+    aria, curl = peers(b, ds["incompressible"], link)
+    inc, tok = res["incompressible"], res["tokens"]
+    best = max(aria, curl)
+    print(f"goodput/best peer (incompressible): {inc['goodput_mbit'] / best:.2f}")
+    return {
+        "goodput_mbit": round(inc["goodput_mbit"], 1),
+        "goodput_mbit_tokens": round(tok["goodput_mbit"], 1),
+        "link_mbit": link["rate_mbit"],
+        "effective_over_link": round(inc["effective_over_link"], 3),
+        "effective_over_link_incompressible": round(inc["effective_over_link"], 3),
+        "effective_over_link_tokens": round(tok["effective_over_link"], 3),
+        "wire_bytes": inc["wire_bytes"],
+        "wire_bytes_tokens": tok["wire_bytes"],
+        "compression_ratio": round(inc["compression_ratio"], 3),
+        "compression_ratio_tokens": round(tok["compression_ratio"], 3),
+        "aria2c_mbit": round(aria, 1),
+        "curl_mbit": round(curl, 1),
+        "over_best_peer": round(inc["goodput_mbit"] / best, 3),
+        "dataset_bytes": dataset_bytes,
+        "rtt_ms": link["rtt_ms"],
+        "window_kib": link["window_kib"],
+        "shuffle": shuffle,
+    }
+
+
+if __name__ == "__main__":
+    S.main(body)
