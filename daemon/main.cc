@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "config/config.h"
 #include "daemon/admin/systemd_notifier.h"
 #include "daemon/daemon.h"
@@ -57,6 +58,7 @@ void Reload(const std::string& path, shardcache::daemon::Daemon& daemon,
 }  // namespace
 
 int main(int argc, char** argv) {
+  shardcache::KeepLargeBuffersInHeap();
   CLI::App app{"shardcached — node-local caching daemon for remote training datasets"};
   std::string config_path;
   bool check_only = false;

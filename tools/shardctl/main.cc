@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "tools/shardctl/command.h"
 
 namespace shardcache::shardctl {
@@ -14,6 +15,7 @@ std::vector<CommandInfo>& Commands() {
 }  // namespace shardcache::shardctl
 
 int main(int argc, char** argv) {
+  shardcache::KeepLargeBuffersInHeap();
   using namespace shardcache::shardctl;
   CLI::App app{"shardctl — manage shardcache datasets and daemons"};
   app.require_subcommand(1);
