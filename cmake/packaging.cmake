@@ -18,7 +18,7 @@ install(TARGETS shardcached shardctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/shardcached.service
   DESTINATION /lib/systemd/system COMPONENT daemon)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/sysusers.conf
-  DESTINATION ${CMAKE_INSTALL_PREFIX}/lib/sysusers.d RENAME shardcache.conf COMPONENT daemon)
+  DESTINATION lib/sysusers.d RENAME shardcache.conf COMPONENT daemon)
 install(FILES ${PROJECT_SOURCE_DIR}/config/shardcached.toml
   DESTINATION /etc/shardcache COMPONENT daemon)
 install(FILES ${PROJECT_SOURCE_DIR}/config/shardcached.toml

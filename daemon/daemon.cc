@@ -278,12 +278,14 @@ std::string Daemon::StatusJson() const {
   }
   if (is_ready && parts_->cache) {
     const cache::CacheStats cs = parts_->cache->Stats();
-    j["tiers"].push_back({{"name", "dram"},
-                          {"used_bytes", cs.dram_used_bytes},
-                          {"budget_bytes", cs.dram_budget_bytes},
-                          {"entries", cs.dram_entries},
-                          {"hits", cs.hits_dram},
-                          {"served_bytes", cs.served_dram_bytes}});
+    if (cs.dram_budget_bytes > 0) {
+      j["tiers"].push_back({{"name", "dram"},
+                            {"used_bytes", cs.dram_used_bytes},
+                            {"budget_bytes", cs.dram_budget_bytes},
+                            {"entries", cs.dram_entries},
+                            {"hits", cs.hits_dram},
+                            {"served_bytes", cs.served_dram_bytes}});
+    }
     if (cs.nvme_enabled) {
       j["tiers"].push_back({{"name", "nvme"},
                             {"used_bytes", cs.nvme.segment_allocated_bytes + cs.nvme.index_bytes},

@@ -185,6 +185,23 @@ TEST_CASE("a node daemon with a cache tier: status shows tiers, top shows hits, 
   CHECK(out.find("upstream") != std::string::npos);
   CHECK(out.find("\033[2J") == std::string::npos);  // no ANSI clear when not a terminal
 
+  // SIGHUP shrinks the NVMe budget and changes the bandwidth cap of the running node.
+  {
+    auto text = ReadFileToString(node_cfg);
+    REQUIRE(text.ok());
+    std::string changed = *text;
+    changed.replace(changed.find("size = \"64MiB\""), 14, "size = \"32MiB\"");
+    REQUIRE(WriteFileAtomic(node_cfg, changed + "[fetch]\nbandwidth = \"100MB/s\"\n").ok());
+    node.Signal(SIGHUP);
+    REQUIRE(WaitFor([&] {
+      return Log(f.dir / "node.log").find("reload: applied cache.size, fetch.bandwidth") != std::string::npos;
+    }));
+    auto st = nlohmann::json::parse(Http(node_metrics, "/status").second);
+    REQUIRE(st["tiers"].size() == 1);
+    CHECK(st["tiers"][0]["budget_bytes"] == 32 << 20);
+    CHECK(st["upstream"]["bandwidth_bytes_per_second"] == 100000000);
+  }
+
   out.clear();
   CHECK(RunCommand(BinPath("shardctl") + " evict tokens --metrics-addr " + addr, &out) == 0);
   CHECK(out.find("evicted dataset 'tokens'") != std::string::npos);

@@ -63,7 +63,7 @@ TEST_CASE("cpack builds a .deb with programs, unit, conffile, user creation and 
   INFO(*ctl);
   // Runtime dependencies were computed from the binaries (dpkg-shlibdeps).
   CHECK(ctl->find("libgrpc++") != std::string::npos);
-  CHECK(ctl->find("librocksdb") != std::string::npos);
+  CHECK(ctl->find("liburing") != std::string::npos);
 
   // The client SDK for trainers: library, headers, pkg-config and CMake package files.
   CHECK_FALSE(FindFile(root + "/usr/lib", std::regex(R"(libshardcache\.so.*)")).empty());

@@ -52,8 +52,11 @@ TEST_CASE("Prometheus scrapes the daemon and serves its metrics back", "[deploy]
                       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port),
                       "--log.level=warn"},
                      dir / "prometheus.log");
-  INFO("prometheus log:\n" << *ReadFileToString(dir / "prometheus.log"));
-  REQUIRE(WaitForPort(prom_port, 30s));
+  auto log = [&] {
+    auto t = ReadFileToString(dir / "prometheus.log");
+    return t.ok() ? *t : std::string("(no log)");
+  };
+  if (!WaitForPort(prom_port, 30s)) FAIL("prometheus did not listen; its log:\n" << log());
 
   // The scrape target is up and a shardcache metric arrived through Prometheus.
   std::string up, ready, rss;
@@ -66,6 +69,7 @@ TEST_CASE("Prometheus scrapes the daemon and serves its metrics back", "[deploy]
   }
   std::printf("prometheus: up=%s shardcache_ready=%s shardcache_process_resident_bytes=%s\n", up.c_str(),
               ready.c_str(), rss.c_str());
+  INFO("prometheus log:\n" << log());
   CHECK(up == "1");
   CHECK(ready == "1");
   REQUIRE_FALSE(rss.empty());
