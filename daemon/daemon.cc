@@ -231,7 +231,13 @@ Daemon::ReloadOutcome Daemon::ApplyReload(const config::Config& loaded) {
         st = FailedPrecondition("the cap applies to grpc:// upstreams; this daemon reads a file:// upstream");
       }
     } else if (key == "fetch.prefetch") {
-      st = FailedPrecondition("the local service of this build has no run-time prefetch setter; restart to change");
+      if (parts_->local) {
+        parts_->local->SetPrefetchLookaheadBytes(loaded.fetch.prefetch_bytes);
+        std::lock_guard<std::mutex> lock(reload_mu_);
+        config_.fetch.prefetch_bytes = loaded.fetch.prefetch_bytes;
+      } else {
+        st = FailedPrecondition("the local service is off (listen.socket = \"\"); nothing prefetches");
+      }
     } else {
       st = Internal("no reload rule");
     }
@@ -258,6 +264,7 @@ std::string Daemon::StatusJson() const {
                    {"socket", config_.listen.socket},
                    {"metrics", config_.listen.metrics}};
     j["log_level"] = config_.log.level;
+    j["prefetch_lookahead_bytes"] = config_.fetch.prefetch_bytes;
   }
   j["tiers"] = nlohmann::json::array();
   j["datasets"] = nlohmann::json::array();

@@ -156,7 +156,7 @@ TEST_CASE("a node daemon with a cache tier: status shows tiers, top shows hits, 
   const std::string node_cfg = f.WriteConfig("node.toml",
       "upstream = \"grpc://127.0.0.1:" + std::to_string(origin_port) + "\"\n[listen]\nmetrics = \"127.0.0.1:" +
       std::to_string(node_metrics) + "\"\norigin = \"127.0.0.1:" + std::to_string(node_port) +
-      "\"\nsocket = \"\"\n[cache]\ndir = \"" + (f.dir / "cache") + "\"\nsize = \"64MiB\"\nsegment_size = \"1MiB\"\n"
+      "\"\nsocket = \"" + (f.dir / "node.sock") + "\"\n[cache]\ndir = \"" + (f.dir / "cache") + "\"\nsize = \"64MiB\"\nsegment_size = \"1MiB\"\n"
       "memory_size = \"0\"\n");
   Process node({BinPath("shardcached"), "--config", node_cfg}, f.dir / "node.log");
   REQUIRE(WaitFor([&] { return Http(origin_metrics, "/ready").first == 200; }));
@@ -185,21 +185,23 @@ TEST_CASE("a node daemon with a cache tier: status shows tiers, top shows hits, 
   CHECK(out.find("upstream") != std::string::npos);
   CHECK(out.find("\033[2J") == std::string::npos);  // no ANSI clear when not a terminal
 
-  // SIGHUP shrinks the NVMe budget and changes the bandwidth cap of the running node.
+  // SIGHUP shrinks the NVMe budget and changes the bandwidth cap and the prefetch lookahead of
+  // the running node.
   {
     auto text = ReadFileToString(node_cfg);
     REQUIRE(text.ok());
     std::string changed = *text;
     changed.replace(changed.find("size = \"64MiB\""), 14, "size = \"32MiB\"");
-    REQUIRE(WriteFileAtomic(node_cfg, changed + "[fetch]\nbandwidth = \"100MB/s\"\n").ok());
+    REQUIRE(WriteFileAtomic(node_cfg, changed + "[fetch]\nbandwidth = \"100MB/s\"\nprefetch = \"8MiB\"\n").ok());
     node.Signal(SIGHUP);
     REQUIRE(WaitFor([&] {
-      return Log(f.dir / "node.log").find("reload: applied cache.size, fetch.bandwidth") != std::string::npos;
+      return Log(f.dir / "node.log").find("reload: applied cache.size, fetch.bandwidth, fetch.prefetch") != std::string::npos;
     }));
     auto st = nlohmann::json::parse(Http(node_metrics, "/status").second);
     REQUIRE(st["tiers"].size() == 1);
     CHECK(st["tiers"][0]["budget_bytes"] == 32 << 20);
     CHECK(st["upstream"]["bandwidth_bytes_per_second"] == 100000000);
+    CHECK(st["prefetch_lookahead_bytes"] == 8 << 20);
   }
 
   out.clear();
