@@ -35,6 +35,14 @@ metrics::Counter* ByteCounter() {
   return c;
 }
 
+metrics::Histogram* AssemblyHistogram() {
+  static auto* h = metrics::Registry::Global().GetHistogram(
+      "shardcache_serve_batch_assembly_seconds",
+      "Time to assemble one batch into its shared-memory slot (chunk reads + copies)",
+      metrics::LatencyBuckets());
+  return h;
+}
+
 }  // namespace
 
 LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assembler,
@@ -48,6 +56,17 @@ LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assemb
       plan_(std::move(plan)),
       options_(std::move(options)),
       total_(plan_->samples_per_rank(options_.rank)) {
+  // Per-loader series for `shardctl top`: which loader is slow, and whether it waits on data.
+  const metrics::Labels labels = {{"loader", std::to_string(id_)},
+                                  {"dataset", locator_->dataset()->name},
+                                  {"rank", std::to_string(options_.rank)}};
+  auto& reg = metrics::Registry::Global();
+  loader_bytes_ = reg.GetCounter("shardcache_loader_bytes_total",
+                                 "Sample bytes delivered to one loader", labels);
+  loader_batches_ = reg.GetCounter("shardcache_loader_batches_total",
+                                   "Batches delivered to one loader", labels);
+  loader_stall_us_ = reg.GetCounter("shardcache_loader_stall_microseconds_total",
+                                    "Time one loader's trainer waited in NextBatch for data", labels);
   assemble_index_ = consumed_ = warm_index_ = std::min(start_index, total_);
   thread_ = std::thread([this] { Run(); });
 }
@@ -111,7 +130,10 @@ void LoaderPipeline::AssembleInto(uint32_t slot, uint64_t first, uint64_t count)
   std::vector<uint64_t> ids(count);
   for (uint64_t i = 0; i < count; ++i) ids[i] = plan_->SampleAt(options_.rank, first + i);
   Delivered d;
+  const auto t0 = std::chrono::steady_clock::now();
   Status s = assembler_.Assemble(*locator_, ids, arena_.SlotData(slot), arena_.slot_bytes(), &d.batch);
+  AssemblyHistogram()->Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::lock_guard<std::mutex> l(mu_);
   assembling_ = false;
   if (!s.ok()) {
@@ -186,6 +208,9 @@ Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock
       StallCounter()->Add(d.wait_us);
       BatchCounter()->Add();
       ByteCounter()->Add(d.batch.payload_bytes);
+      loader_stall_us_->Add(d.wait_us);
+      loader_batches_->Add();
+      loader_bytes_->Add(d.batch.payload_bytes);
       return d;
     }
     if (!error_.ok()) {

@@ -28,6 +28,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "common/metrics.h"
 #include "common/status.h"
 #include "daemon/plan/epoch_plan.h"
 #include "daemon/serve/arena.h"
@@ -131,6 +132,10 @@ class LoaderPipeline {
   uint64_t warmed_bytes_ = 0;
 
   std::thread thread_;
+  // Per-loader series (labels loader, dataset, rank); owned by the metrics registry.
+  metrics::Counter* loader_bytes_ = nullptr;
+  metrics::Counter* loader_batches_ = nullptr;
+  metrics::Counter* loader_stall_us_ = nullptr;
 };
 
 }  // namespace shardcache::serve

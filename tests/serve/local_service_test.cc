@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/fs.h"
+#include "common/metrics.h"
 #include "daemon/serve/local_service.h"
 #include "daemon/upstream/file_source.h"
 #include "shardcache/c_api.h"
@@ -212,6 +213,13 @@ TEST_CASE("batches are byte-exact and every sample comes once per epoch across r
       }
     }
   }
+  // Every loader has its own series for `shardctl top`, and assembly latency is recorded.
+  const std::string text = metrics::Registry::Global().RenderPrometheus();
+  CHECK(text.find("shardcache_loader_batches_total{loader=") != std::string::npos);
+  CHECK(text.find("dataset=\"" + f.records->name + "\",rank=\"2\"}") != std::string::npos);
+  CHECK(text.find("shardcache_loader_stall_microseconds_total{loader=") != std::string::npos);
+  CHECK(metrics::Registry::Global().ValueOf("shardcache_serve_batches_total") > 0);
+  CHECK(text.find("shardcache_serve_batch_assembly_seconds_count") != std::string::npos);
 }
 
 TEST_CASE("the same plan is served whether the cache is cold or warm and whatever the timing",
