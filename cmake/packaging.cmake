@@ -22,7 +22,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/sysusers.conf
 install(FILES ${PROJECT_SOURCE_DIR}/config/shardcached.toml
   DESTINATION /etc/shardcache COMPONENT daemon)
 install(FILES ${PROJECT_SOURCE_DIR}/config/shardcached.toml
-  ${PROJECT_SOURCE_DIR}/deploy/systemd/gpu-metrics.conf ${PROJECT_SOURCE_DIR}/deploy/OPERATING.md
+  ${PROJECT_SOURCE_DIR}/deploy/systemd/gpu-metrics.conf ${PROJECT_SOURCE_DIR}/README.md
   DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT daemon)
 if(EXISTS ${PROJECT_SOURCE_DIR}/README.md)
   install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT daemon)

@@ -49,7 +49,7 @@ TEST_CASE("cpack builds a .deb with programs, unit, conffile, user creation and 
   CHECK(fs::exists(root + "/etc/shardcache/shardcached.toml"));
   CHECK(fs::exists(root + "/usr/lib/sysusers.d/shardcache.conf"));
   CHECK(fs::exists(root + "/usr/share/doc/shardcache/gpu-metrics.conf"));
-  CHECK(fs::exists(root + "/usr/share/doc/shardcache/OPERATING.md"));
+  CHECK(fs::exists(root + "/usr/share/doc/shardcache/README.md"));
   auto conffiles = ReadFileToString(control + "/conffiles");
   REQUIRE(conffiles.ok());
   CHECK(conffiles->find("/etc/shardcache/shardcached.toml") != std::string::npos);
