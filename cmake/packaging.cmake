@@ -24,9 +24,6 @@ install(FILES ${PROJECT_SOURCE_DIR}/config/shardcached.toml
 install(FILES ${PROJECT_SOURCE_DIR}/config/shardcached.toml
   ${PROJECT_SOURCE_DIR}/deploy/systemd/gpu-metrics.conf ${PROJECT_SOURCE_DIR}/README.md
   DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT daemon)
-if(EXISTS ${PROJECT_SOURCE_DIR}/README.md)
-  install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT daemon)
-endif()
 
 set(CPACK_PACKAGE_NAME "shardcache")
 set(CPACK_PACKAGE_VENDOR "shardcache")
