@@ -46,7 +46,7 @@ def expected(data_root):
 def socket_path(data_root, tmp_path_factory):
     sock = tmp_path_factory.mktemp("run") / "shardcached.sock"
     proc = subprocess.Popen([os.path.join(BIN, "local_serve_helper"), str(data_root), str(sock),
-                             str(8 << 20), "8"], stdout=subprocess.PIPE)
+                             str(16 << 20), "16"], stdout=subprocess.PIPE)
     assert proc.stdout.readline().strip() == b"ready"
     yield str(sock)
     proc.terminate()
