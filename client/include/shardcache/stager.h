@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -164,7 +165,16 @@ class DeviceBatch {
 template <typename LoaderT>
 HostBatchSource SourceFromLoader(LoaderT& loader) {
   return [&loader]() -> Result<std::optional<HostBatch>> {
+    // Slots of staged batches come back from the stager's release thread, which can lag the
+    // worker on a loaded machine: wait for them for a while before reporting exhaustion (a
+    // trainer that really holds every slot still gets ResourceExhausted).
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     auto next = loader.Next();
+    while (!next.ok() && next.status().code() == StatusCode::kResourceExhausted &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      next = loader.Next();
+    }
     if (!next.ok()) {
       if (next.status().code() == StatusCode::kOutOfRange) return std::optional<HostBatch>();
       return next.status();
