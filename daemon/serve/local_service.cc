@@ -159,6 +159,10 @@ Status LocalService::Start() {
   if (::listen(listen_fd_.get(), 128) != 0) return ErrnoStatus(errno, "listen " + path);
   stop_event_.Reset(::eventfd(0, EFD_CLOEXEC));
   if (!stop_event_.valid()) return ErrnoStatus(errno, "eventfd");
+  {
+    std::lock_guard<std::mutex> l(warm_mu_);
+    warm_stopping_ = false;
+  }
   started_ = true;
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   if (options_.observer) {
@@ -176,6 +180,8 @@ void LocalService::Stop() {
   uint64_t one = 1;
   (void)!::write(stop_event_.get(), &one, sizeof(one));
   accept_thread_.join();
+  // Warm jobs first: a connection thread answering WarmDataset right now is refused from here on.
+  StopWarmJobs();
   if (observer_thread_.joinable()) {
     {
       std::lock_guard<std::mutex> l(observer_mu_);
@@ -432,10 +438,11 @@ void LocalService::Serve(Connection* c) {
     Status s;
     switch (req.body_case()) {
       case v1::LocalRequest::kHello: {
-        if (req.hello().protocol_version() != kLocalProtocolVersion) {
-          s = FailedPrecondition("client speaks local protocol " +
-                                 std::to_string(req.hello().protocol_version()) +
-                                 ", daemon speaks " + std::to_string(kLocalProtocolVersion));
+        const uint32_t version = req.hello().protocol_version();
+        if (version < kMinLocalProtocolVersion || version > kLocalProtocolVersion) {
+          s = FailedPrecondition("client speaks local protocol " + std::to_string(version) +
+                                 ", daemon speaks " + std::to_string(kMinLocalProtocolVersion) + " to " +
+                                 std::to_string(kLocalProtocolVersion));
           break;
         }
         std::lock_guard<std::mutex> l(c->mu);
@@ -450,7 +457,7 @@ void LocalService::Serve(Connection* c) {
         }
         c->arena = std::move(*arena);
         auto* h = resp.mutable_hello();
-        h->set_protocol_version(kLocalProtocolVersion);
+        h->set_protocol_version(version);  // the client's: every later addition is optional
         h->set_arena_bytes(c->arena->arena_bytes());
         h->set_slot_count(c->arena->slot_count());
         h->set_slot_bytes(c->arena->slot_bytes());
@@ -588,6 +595,17 @@ void LocalService::Serve(Connection* c) {
       case v1::LocalRequest::kStats:
         resp.mutable_stats()->set_json(StatsJson());
         break;
+      case v1::LocalRequest::kWarmDataset:
+        s = StartWarm(req.warm_dataset().dataset(), resp.mutable_warm_dataset());
+        if (s.ok()) {
+          spdlog::info("local client {} asked to warm '{}': warm {}{}", who, req.warm_dataset().dataset(),
+                       resp.warm_dataset().warm_id(),
+                       resp.warm_dataset().already_running() ? " (already running)" : "");
+        }
+        break;
+      case v1::LocalRequest::kWarmStatus:
+        s = WarmStatus(req.warm_status().warm_id(), resp.mutable_warm_status());
+        break;
       default:
         SC_LOG_RATE_LIMITED(spdlog::level::warn, "local client {} sent an unknown request; closing", who);
         goto disconnect;
@@ -612,6 +630,97 @@ disconnect:
   c->fd.Reset();
   spdlog::debug("local client disconnected: {}", who);
   c->done.store(true);
+}
+
+Status LocalService::StartWarm(const std::string& dataset, v1::WarmDatasetResponse* r) {
+  // The manifest first, outside the lock: over a grpc upstream it may take a round trip.
+  auto ds = source_.OpenDataset(dataset);
+  if (!ds.ok()) return ds.status().WithContext("warming dataset '" + dataset + "'");
+  std::lock_guard<std::mutex> l(warm_mu_);
+  if (warm_stopping_) return Unavailable("shardcached is shutting down; not warming '" + dataset + "'");
+  std::vector<std::string> running;
+  for (const auto& [id, job] : warm_jobs_) {
+    if (job->finished()) continue;
+    if (job->dataset()->name == dataset) {
+      r->set_warm_id(id);
+      r->set_version(job->dataset()->version);
+      r->set_total_bytes(job->total_bytes());
+      r->set_total_chunks(job->total_chunks());
+      r->set_already_running(true);
+      return Status::Ok();
+    }
+    running.push_back("'" + job->dataset()->name + "'");
+  }
+  if (running.size() >= options_.max_warm_jobs) {
+    std::string names;
+    for (const auto& n : running) names += (names.empty() ? "" : ", ") + n;
+    return ResourceExhausted("cannot warm '" + dataset + "' now: " + std::to_string(running.size()) +
+                             " warm jobs are running (" + names + "; limit " +
+                             std::to_string(options_.max_warm_jobs) + "); retry when one has finished");
+  }
+  // Forget the oldest finished jobs beyond kKeptWarmJobs (ids grow with time).
+  size_t finished = 0;
+  for (const auto& [id, job] : warm_jobs_) finished += job->finished();
+  for (auto it = warm_jobs_.begin(); it != warm_jobs_.end() && finished >= kKeptWarmJobs;) {
+    if (it->second->finished()) {
+      it = warm_jobs_.erase(it);  // its threads have ended: the join is immediate
+      --finished;
+    } else {
+      ++it;
+    }
+  }
+  const uint64_t id = next_warm_id_++;
+  auto job = std::make_unique<WarmJob>(id, source_, *ds, options_.warm);
+  r->set_warm_id(id);
+  r->set_version(job->dataset()->version);
+  r->set_total_bytes(job->total_bytes());
+  r->set_total_chunks(job->total_chunks());
+  r->set_already_running(false);
+  warm_jobs_[id] = std::move(job);
+  return Status::Ok();
+}
+
+Status LocalService::WarmStatus(uint64_t warm_id, v1::WarmStatusResponse* r) const {
+  std::lock_guard<std::mutex> l(warm_mu_);
+  auto it = warm_jobs_.find(warm_id);
+  if (it == warm_jobs_.end()) {
+    return NotFound("no warm job " + std::to_string(warm_id) + " (the daemon keeps the last " +
+                    std::to_string(kKeptWarmJobs) + " finished ones, and none across restarts)");
+  }
+  const WarmJob& job = *it->second;
+  const WarmProgress p = job.Progress();
+  r->set_done_bytes(p.done_bytes);
+  r->set_done_chunks(p.done_chunks);
+  r->set_fetched_bytes(p.fetched_bytes);
+  r->set_cached_bytes(p.cached_bytes);
+  r->set_finished(p.finished);
+  r->set_error_code(static_cast<uint32_t>(p.error.code()));
+  r->set_error(p.error.message());
+  r->set_elapsed_us(static_cast<uint64_t>(p.elapsed.count()));
+  r->set_dataset(job.dataset()->name);
+  r->set_version(job.dataset()->version);
+  r->set_total_bytes(job.total_bytes());
+  r->set_total_chunks(job.total_chunks());
+  return Status::Ok();
+}
+
+void LocalService::StopWarmJobs() {
+  std::map<uint64_t, std::unique_ptr<WarmJob>> jobs;
+  {
+    std::lock_guard<std::mutex> l(warm_mu_);
+    warm_stopping_ = true;
+    jobs.swap(warm_jobs_);
+  }
+  // Cancel all, then join all: the jobs wind down in parallel.
+  for (auto& [id, job] : jobs) job->Cancel("shardcached is shutting down");
+  for (auto& [id, job] : jobs) job->Join();
+}
+
+size_t LocalService::running_warm_jobs() const {
+  std::lock_guard<std::mutex> l(warm_mu_);
+  size_t n = 0;
+  for (const auto& [id, job] : warm_jobs_) n += !job->finished();
+  return n;
 }
 
 size_t LocalService::connection_count() const {
@@ -652,7 +761,8 @@ std::string LocalService::StatsJson() const {
          ",\"stall_us\":" + num("shardcache_serve_stall_microseconds_total") +
          ",\"chunk_reads\":" + num("shardcache_serve_chunk_reads_total") +
          ",\"warm_reads\":" + num("shardcache_serve_warm_reads_total") +
-         ",\"refused\":" + num("shardcache_serve_refused_connections_total") + "}";
+         ",\"refused\":" + num("shardcache_serve_refused_connections_total") +
+         ",\"warm_jobs\":" + std::to_string(running_warm_jobs()) + "}";
 }
 
 }  // namespace shardcache::serve

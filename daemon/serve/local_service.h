@@ -34,6 +34,14 @@
 // observer_delay_ms and repeated when another rank of the same plan opens. The daemon wires it
 // to CachedSource::SetFutureAccessOrder(version, access_plan().Now(version), order).
 //
+// Warm jobs (WarmDataset / WarmStatus, local protocol 2; warm_job.h): daemon-side jobs that
+// read a whole dataset into the cache for `shardctl warm --socket`. They need no Hello. A job
+// belongs to the service, not to the connection that asked for it: a client that disconnects
+// leaves it running, and Stop() cancels and joins every job before the clients are
+// disconnected. One job per dataset name runs at a time (a second request gets the running
+// job's id), at most max_warm_jobs run at once, and the outcome of the last kKeptWarmJobs
+// finished jobs can still be polled.
+//
 // Thread safety: Start() and Stop() from one controlling thread; the rest is internal.
 #pragma once
 
@@ -55,11 +63,20 @@
 #include "daemon/plan/epoch_plan.h"
 #include "daemon/serve/batch_assembler.h"
 #include "daemon/serve/prefetcher.h"
+#include "daemon/serve/warm_job.h"
 #include "daemon/source/chunk_source.h"
+
+namespace shardcache::v1 {
+class WarmDatasetResponse;
+class WarmStatusResponse;
+}  // namespace shardcache::v1
 
 namespace shardcache::serve {
 
-constexpr uint32_t kLocalProtocolVersion = 1;
+// Version this daemon speaks (history in local.proto); Hello accepts any version from
+// kMinLocalProtocolVersion up to it.
+constexpr uint32_t kLocalProtocolVersion = 2;
+constexpr uint32_t kMinLocalProtocolVersion = 1;
 // Largest request or response frame. A NextBatchResponse of 100k samples is ~3 MiB.
 constexpr uint32_t kMaxLocalMessageBytes = 16u << 20;
 
@@ -98,6 +115,11 @@ struct LocalServiceOptions {
   // Delay that coalesces loader openings (the ranks of a job start together) into one report.
   // Default: 200 ms.
   uint32_t observer_delay_ms = 200;
+  // Warm jobs running at the same time (over all datasets); a request beyond gets
+  // ResourceExhausted. Default: 2.
+  uint32_t max_warm_jobs = 2;
+  // Range size, parallelism and per-range deadline of each warm job (warm_job.h).
+  WarmJobOptions warm;
 };
 
 class LocalService {
@@ -124,6 +146,11 @@ class LocalService {
   uint32_t slots_in_use() const;
   // One JSON object with the figures above and the serve counters.
   std::string StatsJson() const;
+  // Warm jobs still running.
+  size_t running_warm_jobs() const;
+
+  // Finished warm jobs whose outcome stays available to WarmStatus.
+  static constexpr size_t kKeptWarmJobs = 16;
 
  private:
   struct Connection;
@@ -140,6 +167,10 @@ class LocalService {
                              const std::shared_ptr<const plan::EpochPlan>& plan, uint32_t rank,
                              uint64_t start_index);
   void ObserverLoop();
+  // WarmDataset: the running job for the dataset, or a new one.
+  Status StartWarm(const std::string& dataset, v1::WarmDatasetResponse* response);
+  Status WarmStatus(uint64_t warm_id, v1::WarmStatusResponse* response) const;
+  void StopWarmJobs();
   static std::string PlanKey(const DatasetPtr& dataset, const plan::PlanOptions& o);
 
   ChunkSource& source_;
@@ -172,6 +203,12 @@ class LocalService {
   std::map<std::string, PlanUse> plan_uses_;  // GUARDED_BY(observer_mu_)
   bool observer_stop_ = false;                // GUARDED_BY(observer_mu_)
   std::thread observer_thread_;
+
+  // Warm jobs by id: the running ones and the last kKeptWarmJobs finished ones.
+  mutable std::mutex warm_mu_;
+  std::map<uint64_t, std::unique_ptr<WarmJob>> warm_jobs_;  // GUARDED_BY(warm_mu_)
+  uint64_t next_warm_id_ = 1;                               // GUARDED_BY(warm_mu_)
+  bool warm_stopping_ = false;                              // GUARDED_BY(warm_mu_)
 };
 
 }  // namespace shardcache::serve

@@ -6,20 +6,35 @@
 // fetched and verified (a goodput measurement of the upstream path). A progress bar is drawn
 // on a terminal; the last line reports goodput. --json adds one machine-readable line.
 //
-// --socket PATH (asking a running daemon to warm itself) needs the daemon's local protocol and
-// is not implemented yet; it exits 2 with a message saying so.
+// shardctl warm --socket PATH [--timeout S] [--json] DATASET
+// Asks the running node daemon at PATH (its listen.socket) to fill its own cache with the
+// dataset: WarmDataset starts a daemon-side job (local protocol 2, see local.proto), which this
+// command polls with WarmStatus for the progress bar and the final goodput line. No Hello is
+// sent, so the daemon maps no arena for this connection. Interrupting the command (or
+// --timeout) leaves the job running in the daemon; running the command again attaches to it.
+// Exit 0 once the job has read every chunk, 1 when it failed or the daemon cannot be reached.
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "common/units.h"
 #include "daemon/cache/cached_source.h"
 #include "daemon/upstream/file_source.h"
 #include "daemon/upstream/grpc_source.h"
+#include "shardcache/local.pb.h"
 #include "tools/shardctl/command.h"
 #include "tools/shardctl/progress.h"
 
@@ -77,15 +92,190 @@ Result<cache::CacheOptions> MakeCacheOptions(const WarmArgs& a) {
   return o;
 }
 
+// One connection to a daemon's local service, for control requests only (no Hello, no arena).
+// Framing as in local.proto: little-endian uint32 length + serialized message.
+class LocalControl {
+ public:
+  static Result<LocalControl> Connect(const std::string& path) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+      return InvalidArgument("socket path '" + path + "' is empty or longer than " +
+                             std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
+    }
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0) {
+      const int err = errno;
+      if (err == ENOENT) {
+        return Unavailable("no shardcached socket at " + path +
+                           ": is the daemon running, and is this its listen.socket?");
+      }
+      return ErrnoStatus(err, "socket " + path);
+    }
+    if (!S_ISSOCK(st.st_mode)) return FailedPrecondition(path + " is not a Unix socket");
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    LocalControl c;
+    c.path_ = path;
+    c.fd_.Reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!c.fd_.valid()) return ErrnoStatus(errno, "socket(AF_UNIX)");
+    if (::connect(c.fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      const int err = errno;
+      if (err == ECONNREFUSED) {
+        return Unavailable("nobody is listening on " + path + " (a stale socket: shardcached is not running)");
+      }
+      if (err == EACCES || err == EPERM) {
+        return PermissionDenied("connecting to " + path + ": " + std::strerror(err));
+      }
+      return Unavailable("connecting to shardcached at " + path + ": " + std::strerror(err));
+    }
+    return c;
+  }
+
+  // Sends req and reads its response; the response's own error code becomes the status.
+  // `what` names the request in errors.
+  Status Call(const v1::LocalRequest& req, v1::LocalResponse* resp, const std::string& what) {
+    std::string body;
+    req.SerializeToString(&body);
+    std::string frame(4, '\0');
+    const uint32_t len = static_cast<uint32_t>(body.size());
+    for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+    frame += body;
+    // A failed send is reported after trying to read: a refused peer gets a PermissionDenied
+    // answer before the daemon closes, and that says more than EPIPE.
+    Status send_error;
+    for (size_t off = 0; off < frame.size();) {
+      const ssize_t w = ::send(fd_.get(), frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        send_error = Unavailable("sending " + what + " to shardcached at " + path_ + ": " + std::strerror(errno));
+        break;
+      }
+      off += static_cast<size_t>(w);
+    }
+    uint8_t hdr[4];
+    Status s = ReadFull(hdr, 4, what);
+    if (!s.ok()) return send_error.ok() ? s : send_error;
+    const uint32_t rlen = uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 | uint32_t{hdr[3]} << 24;
+    if (rlen > (16u << 20)) return DataLoss("shardcached sent a " + std::to_string(rlen) + "-byte response");
+    std::string rbody(rlen, '\0');
+    if (rlen > 0) SC_RETURN_IF_ERROR(ReadFull(reinterpret_cast<uint8_t*>(rbody.data()), rlen, what));
+    if (!resp->ParseFromString(rbody)) return DataLoss("malformed response from shardcached at " + path_);
+    if (resp->code() != 0) return Status(static_cast<StatusCode>(resp->code()), resp->message());
+    return Status::Ok();
+  }
+
+ private:
+  Status ReadFull(uint8_t* p, size_t n, const std::string& what) {
+    while (n > 0) {
+      const ssize_t r = ::read(fd_.get(), p, n);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return Unavailable("reading from shardcached at " + path_ + ": " + std::strerror(errno));
+      if (r == 0) {
+        // An unknown request closes the connection: a daemon from before local protocol 2.
+        return Unavailable("shardcached at " + path_ + " closed the connection on " + what +
+                           " (a daemon older than local protocol 2 cannot warm itself; or it is stopping)");
+      }
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    return Status::Ok();
+  }
+
+  std::string path_;
+  UniqueFd fd_;
+};
+
+int RunWarmSocket(const WarmArgs& a) {
+  auto fail = [&](const Status& s) {
+    std::fprintf(stderr, "shardctl warm: %s\n", s.ToString().c_str());
+    return 1;
+  };
+  auto conn = LocalControl::Connect(a.socket);
+  if (!conn.ok()) return fail(conn.status().WithContext("warming '" + a.dataset + "'"));
+  v1::LocalRequest req;
+  v1::LocalResponse resp;
+  req.mutable_warm_dataset()->set_dataset(a.dataset);
+  if (Status s = conn->Call(req, &resp, "WarmDataset"); !s.ok()) return fail(s);
+  const v1::WarmDatasetResponse started = resp.warm_dataset();
+  const uint64_t id = started.warm_id();
+  if (started.already_running()) {
+    std::fprintf(stderr, "shardctl warm: '%s' is already being warmed (warm %llu); following it\n",
+                 a.dataset.c_str(), static_cast<unsigned long long>(id));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ProgressBar bar("warm");
+  v1::WarmStatusResponse st;
+  req.Clear();
+  req.mutable_warm_status()->set_warm_id(id);
+  for (;;) {
+    resp.Clear();
+    if (Status s = conn->Call(req, &resp, "WarmStatus"); !s.ok()) {
+      bar.Finish();
+      return fail(s.WithContext("following warm " + std::to_string(id) + " of '" + a.dataset + "'"));
+    }
+    st = resp.warm_status();
+    bar.Update(st.done_bytes(), st.total_bytes());
+    if (st.finished()) break;
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(a.timeout_s)) {
+      bar.Finish();
+      std::fprintf(stderr,
+                   "shardctl warm: gave up waiting after %d s with %s of %s warmed; warm %llu of '%s' "
+                   "keeps running in the daemon (run the same command again to follow it)\n",
+                   a.timeout_s, FormatBytes(st.done_bytes()).c_str(), FormatBytes(st.total_bytes()).c_str(),
+                   static_cast<unsigned long long>(id), a.dataset.c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  bar.Finish();
+  if (st.error_code() != 0) {
+    std::fprintf(stderr, "shardctl warm: %s (after %s of %s)\n",
+                 Status(static_cast<StatusCode>(st.error_code()), st.error()).ToString().c_str(),
+                 FormatBytes(st.done_bytes()).c_str(), FormatBytes(st.total_bytes()).c_str());
+    return 1;
+  }
+  if (st.done_bytes() != st.total_bytes()) {
+    std::fprintf(stderr, "shardctl warm: the daemon ended warm %llu of '%s' after %s of %s without an error\n",
+                 static_cast<unsigned long long>(id), a.dataset.c_str(), FormatBytes(st.done_bytes()).c_str(),
+                 FormatBytes(st.total_bytes()).c_str());
+    return 1;
+  }
+  const double secs = std::max(1e-6, static_cast<double>(st.elapsed_us()) / 1e6);
+  const uint64_t bytes = st.done_bytes();
+  const double mbit = static_cast<double>(bytes) * 8 / secs / 1e6;
+  std::printf("warmed '%s' (version %s) in the daemon at %s: %s in %.3f s = %.1f MB/s (%.0f Mbit/s); "
+              "from upstream %s, already cached %s; %llu chunks\n",
+              st.dataset().c_str(), st.version().c_str(), a.socket.c_str(), FormatBytes(bytes).c_str(), secs,
+              static_cast<double>(bytes) / secs / 1e6, mbit, FormatBytes(st.fetched_bytes()).c_str(),
+              FormatBytes(st.cached_bytes()).c_str(), static_cast<unsigned long long>(st.done_chunks()));
+  if (a.json) {
+    nlohmann::json j;
+    j["dataset"] = st.dataset();
+    j["version"] = st.version();
+    j["warm_id"] = id;
+    j["bytes"] = bytes;
+    j["chunks"] = st.done_chunks();
+    j["seconds"] = secs;
+    j["mbit"] = mbit;
+    j["upstream_bytes"] = st.fetched_bytes();
+    j["cached_bytes"] = st.cached_bytes();
+    j["already_running"] = started.already_running();
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
 int RunWarm(const WarmArgs& a) {
   if (!a.socket.empty()) {
-    std::fprintf(stderr,
-                 "shardctl warm: --socket (warming a running daemon) is not implemented yet; "
-                 "use --upstream URI with --cache-dir/--cache-size\n");
-    return 2;
+    if (!a.upstream.empty() || !a.cache_dir.empty()) {
+      std::fprintf(stderr, "shardctl warm: --socket asks a running daemon to warm its own cache; "
+                           "it does not combine with --upstream or --cache-dir\n");
+      return 2;
+    }
+    return RunWarmSocket(a);
   }
   if (a.upstream.empty()) {
-    std::fprintf(stderr, "shardctl warm: --upstream URI is required\n");
+    std::fprintf(stderr, "shardctl warm: --upstream URI or --socket PATH is required\n");
     return 2;
   }
   if (a.parallel < 1) {
@@ -200,11 +390,11 @@ int RunWarm(const WarmArgs& a) {
 }
 
 const CommandRegistration kWarm(
-    "warm", "Fill a cache with a whole dataset from an upstream (progress bar, goodput line)",
+    "warm", "Fill a cache with a whole dataset from an upstream, or ask a running daemon to (--socket)",
     [](CLI::App* sub) -> std::function<int()> {
       auto a = std::make_shared<WarmArgs>();
       sub->add_option("--upstream", a->upstream, "grpc://HOST:PORT, grpcs://HOST:PORT or file:///DIR");
-      sub->add_option("--socket", a->socket, "Ask the daemon at this Unix socket to warm itself (not yet)");
+      sub->add_option("--socket", a->socket, "Ask the running daemon at this Unix socket to warm its own cache");
       sub->add_option("--cache-dir", a->cache_dir, "Cache directory to fill (omit: fetch and verify only)");
       sub->add_option("--cache-size", a->cache_size, "Cache budget, e.g. 800GiB")->capture_default_str();
       sub->add_option("--memory-size", a->memory_size, "DRAM tier budget")->capture_default_str();
@@ -221,7 +411,9 @@ const CommandRegistration kWarm(
       sub->add_option("--bandwidth", a->bandwidth, "Cap, e.g. 500Mbit; 0 = none")->capture_default_str();
       sub->add_option("--parallel", a->parallel, "Concurrent range reads")->capture_default_str();
       sub->add_option("--range-chunks", a->range_chunks, "Chunks per range read")->capture_default_str();
-      sub->add_option("--timeout", a->timeout_s, "Seconds for the whole warm")->capture_default_str();
+      sub->add_option("--timeout", a->timeout_s,
+                      "Seconds for the whole warm (--socket: to wait; the daemon's job goes on)")
+          ->capture_default_str();
       sub->add_flag("--json", a->json, "Also print one JSON line with the figures");
       sub->add_option("DATASET", a->dataset, "Dataset name")->required();
       return [a] { return RunWarm(*a); };
