@@ -39,6 +39,8 @@ Hash128 HashBytes(const void* data, size_t size) {
   return Hash128{h.high64, h.low64};
 }
 
+uint64_t HashBytes64(const void* data, size_t size) { return XXH3_64bits(data, size); }
+
 StreamingHasher::StreamingHasher() : state_(XXH3_createState()) {
   XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
 }

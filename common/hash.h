@@ -24,6 +24,9 @@ struct Hash128 {
 Hash128 HashBytes(const void* data, size_t size);
 inline Hash128 HashBytes(std::string_view s) { return HashBytes(s.data(), s.size()); }
 
+// xxh3-64: the node's own checksums of sub-chunk blocks (never on the wire or in manifests).
+uint64_t HashBytes64(const void* data, size_t size);
+
 // Incremental xxh3-128 for data that arrives in pieces.
 class StreamingHasher {
  public:

@@ -1,6 +1,7 @@
 #include "daemon/cache/cached_source.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -298,6 +299,70 @@ Status CachedSource::ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint6
       i = j;
     }
     if (!restart) next = window_end;
+  }
+  return Status::Ok();
+}
+
+Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
+                                std::span<const ChunkPiece> pieces, const ReadOptions& options) {
+  const auto& manifest = dataset->manifest;
+  const Hash128 vid = VersionId(dataset->version);
+  const bool demand = options.priority == FetchPriority::kDemand;
+  std::vector<NvmePiece> on_disk;
+  std::vector<ChunkPiece> missing;
+  for (const ChunkPiece& p : pieces) {
+    SC_RETURN_IF_ERROR(CheckChunkRange(dataset, shard, p.chunk, 1));
+    const uint64_t length = dataset::ChunkLength(manifest, shard, p.chunk);
+    SC_RETURN_IF_ERROR(CheckPiece(dataset, shard, p, length));
+    const ChunkKey key{vid, shard, p.chunk};
+    ChunkPtr c = dram_.Get(key);
+    if (!c && store_) c = store_->Pending(key);
+    if (c) {
+      std::memcpy(p.dest, c->bytes.data() + p.offset, p.length);
+      Account(Tier::kDram, p.length);
+      if (demand) plan_.OnDemandRead(key);
+    } else if (store_) {
+      on_disk.push_back(NvmePiece{key, length, dataset::ChunkHash(manifest, shard, p.chunk), p.offset,
+                                  p.length, p.dest});
+    } else {
+      missing.push_back(p);
+    }
+  }
+  if (!on_disk.empty()) {
+    const std::vector<bool> hit = store_->ReadPieces(on_disk);
+    for (size_t k = 0; k < on_disk.size(); ++k) {
+      const NvmePiece& p = on_disk[k];
+      if (!hit[k]) {
+        missing.push_back(ChunkPiece{p.key.chunk, p.offset, p.length, p.dest});
+        continue;
+      }
+      Account(Tier::kNvme, p.length);
+      if (demand) plan_.OnDemandRead(p.key);
+    }
+  }
+  if (missing.empty()) return Status::Ok();
+  // Whole chunks through ReadChunks: single-flight with every other reader, stored on arrival.
+  return ChunkSource::ReadPieces(dataset, shard, missing, options);
+}
+
+Status CachedSource::Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
+                              const ReadOptions& options) {
+  SC_RETURN_IF_ERROR(CheckChunkRange(dataset, shard, first, count));
+  const Hash128 vid = VersionId(dataset->version);
+  auto held = [&](uint64_t c) {
+    const ChunkKey key{vid, shard, c};
+    return dram_.Get(key) != nullptr || (store_ && (store_->Contains(key) || store_->Pending(key)));
+  };
+  const uint64_t end = first + count;
+  for (uint64_t c = first; c < end;) {
+    while (c < end && held(c)) ++c;
+    uint64_t run_end = c;
+    while (run_end < end && !held(run_end)) ++run_end;
+    if (run_end > c) {
+      SC_RETURN_IF_ERROR(ReadChunks(dataset, shard, c, run_end - c, options,
+                                    [](uint64_t, const ChunkPtr&) { return Status::Ok(); }));
+    }
+    c = run_end;
   }
   return Status::Ok();
 }

@@ -1,6 +1,8 @@
 // CachedSource: the cache tiers as a ChunkSource — DRAM (dram_cache.h) and NVMe
 // (nvme_store.h) in front of an upstream ChunkSource (FileSource, GrpcSource, ...).
 //
+// ReadPieces (batch assembly): the same tiers, but an NVMe hit reads only the bytes asked for
+// (see NvmeStore::ReadPieces) and is not copied into DRAM.
 // ReadChunks, per chunk in order:  DRAM hit → chunk still in the NVMe write queue → NVMe hit
 // (io_uring batch, verified) → upstream. Upstream fetches are single-flight per chunk across
 // every caller of this CachedSource (16 concurrent readers of one cold chunk = 1 fetch), and a
@@ -70,6 +72,14 @@ class CachedSource final : public ChunkSource {
   Result<std::string> GetSampleIndex(const DatasetPtr& dataset, uint32_t shard) override;
   Status ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& options, const ChunkSink& sink) override;
+  // DRAM and the NVMe write queue answer from memory; NVMe answers with sub-chunk reads
+  // (only the blocks a piece covers, straight into its destination where aligned); what no
+  // tier holds is fetched whole through ReadChunks (single-flight, then stored).
+  Status ReadPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces,
+                    const ReadOptions& options) override;
+  // Fetches only the chunks no tier holds (no disk read for the rest).
+  Status Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
+                  const ReadOptions& options) override;
 
   // Run-time changes (SIGHUP). Shrinking evicts at once while serving. Changing the NVMe size
   // of a cache opened with size 0 is not possible (FailedPrecondition): that needs a restart.

@@ -37,7 +37,8 @@ class Status;
 
 namespace shardcache::cache {
 
-constexpr uint32_t kIndexFormatVersion = 1;
+// 2: each chunk's extent ends with a block table (nvme_store.h); version 1 caches had none.
+constexpr uint32_t kIndexFormatVersion = 2;
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "records are stored little-endian");
 
@@ -65,7 +66,7 @@ constexpr uint32_t kSegmentSealed = 1;
 struct EntryRecord {
   uint8_t format = 1;
   uint8_t reserved0[3] = {0, 0, 0};
-  uint32_t length = 0;          // chunk bytes (the extent on disk is rounded up to 4 KiB)
+  uint32_t length = 0;          // chunk bytes (extent on disk: NvmeStore::ExtentBytes)
   uint64_t version_high = 0;
   uint64_t version_low = 0;
   uint32_t shard = 0;

@@ -30,6 +30,23 @@ constexpr uint64_t kIndexGrowthBytes = 8ull << 20;
 constexpr size_t kMaxBatchItems = 256;
 constexpr uint64_t kMaxBatchBytes = 16ull << 20;
 
+// Bytes of a chunk's block table on disk (one xxh3-64 per kVerifyBlockBytes, padded).
+uint64_t TableBytes(uint64_t length) {
+  const uint64_t blocks = (length + kVerifyBlockBytes - 1) / kVerifyBlockBytes;
+  return AlignUp(blocks * sizeof(uint64_t), kDirectIoAlign);
+}
+
+// The block table of `length` bytes at `data`, padded with zeros to TableBytes(length).
+AlignedBuffer BlockTable(const uint8_t* data, uint64_t length) {
+  AlignedBuffer table(TableBytes(length));
+  std::memset(table.data(), 0, table.size());
+  auto* hashes = reinterpret_cast<uint64_t*>(table.data());
+  for (uint64_t off = 0, b = 0; off < length; off += kVerifyBlockBytes, ++b) {
+    hashes[b] = HashBytes64(data + off, std::min(kVerifyBlockBytes, length - off));
+  }
+  return table;
+}
+
 uint64_t NowUnixSeconds() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
@@ -37,6 +54,10 @@ uint64_t NowUnixSeconds() {
 }
 
 }  // namespace
+
+uint64_t NvmeStore::ExtentBytes(uint64_t length) {
+  return AlignUp(length, kDirectIoAlign) + TableBytes(length);
+}
 
 NvmeStore::NvmeStore(const CacheOptions& options, std::unique_ptr<IndexDb> db, const AccessPlan* plan)
     : options_(options),
@@ -161,7 +182,7 @@ Status NvmeStore::Recover() {
       [&](const EntryLocation& loc, const EntryRecord& e) {
         if (cur == segments_.end() || cur->first != loc.segment) cur = segments_.find(loc.segment);
         auto it = cur;
-        const uint64_t extent = AlignUp(e.length, kDirectIoAlign);
+        const uint64_t extent = ExtentBytes(e.length);
         if (it == segments_.end() || loc.offset % kDirectIoAlign != 0 || e.length == 0 ||
             loc.offset + extent > it->second.durable_bytes) {
           drop.push_back(loc);
@@ -272,6 +293,143 @@ std::vector<ChunkPtr> NvmeStore::Lookup(std::span<const NvmeLookup> requests) {
   hits_.fetch_add(hits, std::memory_order_relaxed);
   misses_.fetch_add(requests.size() - hits, std::memory_order_relaxed);
   return out;
+}
+
+std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
+  const auto& m = CacheMetrics::Get();
+  std::vector<bool> hit(pieces.size(), false);
+  struct Job {
+    size_t index;
+    uint64_t fp;
+    Loc loc;
+    std::shared_ptr<SegmentFile> file;
+    bool whole = false;      // the whole chunk: verified against the manifest hash
+    bool direct = false;     // the data lands in the piece's dest itself
+    uint64_t b0 = 0, b1 = 0; // blocks covered (partial pieces)
+    uint64_t data_off = 0;   // read start within the chunk (block or 4 KiB aligned)
+    uint64_t data_len = 0;   // read length (4 KiB multiple)
+    uint64_t table_off = 0;  // read start within the block table (4 KiB aligned)
+    AlignedBuffer bounce;    // the data when !direct
+    AlignedBuffer table;     // table pages of blocks [b0, b1)
+  };
+  std::vector<Job> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const NvmePiece& p = pieces[i];
+      if (p.length == 0) {
+        hit[i] = true;
+        continue;
+      }
+      if (p.offset > p.chunk_length || p.length > p.chunk_length - p.offset) continue;  // caller's bug
+      const uint64_t fp = Fingerprint(pieces[i].key);
+      auto it = index_.find(fp);
+      if (it == index_.end()) continue;
+      auto seg = segments_.find(it->second.segment);
+      if (seg == segments_.end()) continue;
+      seg->second.last_tick = ++tick_;
+      seg->second.record_dirty = true;
+      Job j;
+      j.index = i;
+      j.fp = fp;
+      j.loc = it->second;
+      j.file = seg->second.file;
+      jobs.push_back(std::move(j));
+    }
+  }
+  std::vector<ReadRequest> reads;
+  reads.reserve(2 * jobs.size());
+  for (Job& j : jobs) {
+    const NvmePiece& p = pieces[j.index];
+    const uint64_t padded = AlignUp(j.loc.length, kDirectIoAlign);
+    // A stored length that differs from the manifest's is read whole and fails the length check.
+    j.whole = (p.offset == 0 && p.length == j.loc.length) || j.loc.length != p.chunk_length;
+    if (j.whole) {
+      j.data_len = padded;
+    } else {
+      j.b0 = p.offset / kVerifyBlockBytes;
+      j.b1 = (p.offset + p.length + kVerifyBlockBytes - 1) / kVerifyBlockBytes;
+      j.data_off = j.b0 * kVerifyBlockBytes;
+      j.data_len = std::min(j.b1 * kVerifyBlockBytes, padded) - j.data_off;
+    }
+    j.direct = reinterpret_cast<uintptr_t>(p.dest) % kDirectIoAlign == 0 && p.offset == j.data_off &&
+               p.length == j.data_len;
+    uint8_t* target = p.dest;
+    if (!j.direct) {
+      j.bounce = AlignedBuffer(j.data_len);
+      target = j.bounce.data();
+    }
+    reads.push_back(ReadRequest{j.file->fd(), j.loc.offset + j.data_off, target, j.data_len,
+                                &j.file->path(), Status()});
+    if (!j.whole) {
+      j.table_off = AlignDown(j.b0 * sizeof(uint64_t), kDirectIoAlign);
+      const uint64_t table_end = AlignUp(j.b1 * sizeof(uint64_t), kDirectIoAlign);
+      j.table = AlignedBuffer(table_end - j.table_off);
+      reads.push_back(ReadRequest{j.file->fd(), j.loc.offset + padded + j.table_off, j.table.data(),
+                                  j.table.size(), &j.file->path(), Status()});
+    }
+  }
+  size_t hits = 0;
+  if (!reads.empty()) {
+    const auto t0 = Clock::now();
+    Status batch = IoReader::ReadBatch(reads, options_.use_io_uring);
+    m.nvme_read_seconds->Observe(std::chrono::duration<double>(Clock::now() - t0).count());
+    size_t r = 0;
+    for (Job& j : jobs) {
+      const NvmePiece& p = pieces[j.index];
+      Status io = batch.ok() ? reads[r++].status : batch;
+      if (!j.whole) {
+        const Status& t = reads[r++].status;
+        if (io.ok() && !t.ok()) io = t;
+      }
+      if (!io.ok()) {
+        SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: reading chunk {} from {}: {}; dropping it",
+                            p.key.ToString(), j.file->path(), io.ToString());
+        DropEntry(j.fp, j.loc);
+        continue;
+      }
+      const uint8_t* data = j.direct ? p.dest : j.bounce.data();
+      std::string bad;
+      if (j.loc.length != p.chunk_length) {
+        bad = "stored length " + std::to_string(j.loc.length) + ", manifest says " +
+              std::to_string(p.chunk_length);
+      } else if (j.whole) {
+        const Hash128 got = HashBytes(data, j.loc.length);
+        if (got != p.chunk_hash) bad = "hash " + got.ToHex() + ", manifest says " + p.chunk_hash.ToHex();
+      } else {
+        const auto* table = reinterpret_cast<const uint64_t*>(j.table.data());
+        for (uint64_t b = j.b0; b < j.b1 && bad.empty(); ++b) {
+          const uint64_t start = b * kVerifyBlockBytes;
+          const uint64_t n = std::min(kVerifyBlockBytes, uint64_t{j.loc.length} - start);
+          if (HashBytes64(data + (start - j.data_off), n) != table[b - j.table_off / sizeof(uint64_t)]) {
+            bad = "block " + std::to_string(b) + " does not match its checksum";
+          }
+        }
+      }
+      if (!bad.empty()) {
+        checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+        m.checksum_failures->Add();
+        SC_LOG_RATE_LIMITED(spdlog::level::err,
+                            "cache: chunk {} at {} offset {} failed verification ({}); dropped, will refetch",
+                            p.key.ToString(), j.file->path(), j.loc.offset, bad);
+        DropEntry(j.fp, j.loc);
+        continue;
+      }
+      if (!j.direct) std::memcpy(p.dest, data + (p.offset - j.data_off), p.length);
+      hit[j.index] = true;
+      ++hits;
+    }
+  }
+  size_t empty = 0;
+  for (const auto& p : pieces) empty += p.length == 0;
+  hits_.fetch_add(hits, std::memory_order_relaxed);
+  misses_.fetch_add(pieces.size() - empty - hits, std::memory_order_relaxed);
+  return hit;
+}
+
+bool NvmeStore::Contains(const ChunkKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.count(Fingerprint(key)) > 0;
 }
 
 ChunkPtr NvmeStore::Pending(const ChunkKey& key) const {
@@ -550,6 +708,7 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
     uint64_t length;
     uint64_t extent;
     uint64_t offset;
+    AlignedBuffer table;  // block table, written right after the padded chunk bytes
   };
   std::vector<Planned> group;        // back to back in `group_file` from group[0].offset
   std::shared_ptr<SegmentFile> group_file;
@@ -558,16 +717,19 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
   auto flush_group = [&] {
     if (group.empty()) return;
     std::vector<struct iovec> iov;
-    iov.reserve(group.size());
+    iov.reserve(2 * group.size());
     for (const auto& p : group) {
-      // AlignedBuffer capacity is rounded up to 4 KiB, so the padded extent is readable; the
+      // AlignedBuffer capacity is rounded up to 4 KiB, so the padded chunk is readable; the
       // pad bytes are never served (reads stop at the chunk length).
-      iov.push_back({const_cast<uint8_t*>(p.item->chunk->bytes.data()), p.extent});
+      iov.push_back({const_cast<uint8_t*>(p.item->chunk->bytes.data()), AlignUp(p.length, kDirectIoAlign)});
+      iov.push_back({const_cast<uint8_t*>(p.table.data()), p.table.size()});
     }
     Status w = Status::Ok();
+    // IOV_MAX is even, so every write starts at a chunk's data iovec.
+    static_assert(IOV_MAX % 2 == 0);
     for (size_t at = 0; at < iov.size() && w.ok(); at += IOV_MAX) {
       const int n = static_cast<int>(std::min<size_t>(IOV_MAX, iov.size() - at));
-      w = group_file->WriteV(iov.data() + at, n, group[at].offset);
+      w = group_file->WriteV(iov.data() + at, n, group[at / 2].offset);
     }
     std::lock_guard<std::mutex> lock(mu_);
     auto it = segments_.find(group_segment);
@@ -620,9 +782,10 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
 
   for (const QueueItem& item : items) {
     const uint64_t length = item.chunk->bytes.size();
-    const uint64_t extent = AlignUp(length, kDirectIoAlign);
+    const uint64_t extent = ExtentBytes(length);
     const uint64_t fp = Fingerprint(item.key);
     if (extent > options_.segment_bytes || length == 0 || length > UINT32_MAX) continue;
+    AlignedBuffer table = BlockTable(item.chunk->bytes.data(), length);  // outside mu_
     bool fits = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -650,7 +813,7 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
       group_segment = open_segment_;
       group_file = s.file;
     }
-    group.push_back(Planned{&item, fp, length, extent, s.write_offset});
+    group.push_back(Planned{&item, fp, length, extent, s.write_offset, std::move(table)});
     s.write_offset += extent;
   }
   flush_group();

@@ -1,7 +1,19 @@
 // NvmeStore: the NVMe tier — chunk bytes in preallocated segment files (segment_file.h), their
 // locations in a RocksDB index (index_db.h) mirrored by a compact in-memory map, whole-segment
 // eviction by a pluggable policy (eviction_policy.h), reads with io_uring + O_DIRECT
-// (io_reader.h), every read verified against the manifest hash.
+// (io_reader.h), every read verified.
+//
+// On-disk extent of one chunk (index format 2): the chunk bytes padded to 4 KiB, then a block
+// table — xxh3-64 of each kVerifyBlockBytes block of the chunk, padded to 4 KiB. The table is
+// computed by the writer from the chunk it was handed, which was verified against the manifest
+// hash on arrival. It makes sub-chunk reads cheap and still verified: a trainer that wants one
+// 64 KiB sample of a 4 MiB chunk reads the covering block(s) and one table page, not 4 MiB.
+//   * whole-chunk reads (Lookup, and ReadPieces of a whole chunk) are verified against the
+//     manifest's xxh3-128;
+//   * partial reads (ReadPieces) are verified block by block against the table.
+// ReadPieces reads straight into the caller's buffer (an arena slot) when the buffer is 4 KiB
+// aligned and the piece starts and ends on block boundaries (a whole chunk-sized record, say);
+// otherwise into a bounce buffer and one copy.
 //
 // Write path (one writer thread, fed by Insert):
 //   1. append the chunk at the open segment's write offset (4 KiB aligned, O_DIRECT);
@@ -64,6 +76,19 @@ struct NvmeLookup {
   Hash128 hash;          // expected hash (manifest)
 };
 
+// Size of the blocks the node checksums inside each stored chunk (see the block table above).
+constexpr uint64_t kVerifyBlockBytes = 64 << 10;
+
+// Bytes [offset, offset + length) of a stored chunk, to be copied to `dest` (ReadPieces).
+struct NvmePiece {
+  ChunkKey key;
+  uint64_t chunk_length = 0;  // expected chunk length (manifest)
+  Hash128 chunk_hash;         // expected hash (manifest), for whole-chunk pieces
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint8_t* dest = nullptr;
+};
+
 struct RecoveryStats {
   uint64_t segments = 0;
   uint64_t entries = 0;
@@ -107,6 +132,15 @@ class NvmeStore {
   // For each request the verified chunk, or nullptr on a miss. An entry that fails to read or
   // verify is dropped (counted in checksum_failures) and reported as a miss.
   std::vector<ChunkPtr> Lookup(std::span<const NvmeLookup> requests);
+  // Copies each piece to its dest, verified (see the header comment); per piece true on a hit,
+  // false on a miss. A stored chunk whose bytes fail to read or verify is dropped (counted in
+  // checksum_failures) and reported as a miss; its dest may then hold garbage.
+  std::vector<bool> ReadPieces(std::span<const NvmePiece> pieces);
+  // True when the chunk has an index entry (no I/O, not verified).
+  bool Contains(const ChunkKey& key) const;
+  // Bytes one chunk of `length` bytes occupies in a segment: data and block table, each padded
+  // to 4 KiB.
+  static uint64_t ExtentBytes(uint64_t length);
   // A chunk still waiting in the write queue, or nullptr.
   ChunkPtr Pending(const ChunkKey& key) const;
 

@@ -119,7 +119,7 @@ void BatchAssembler::WorkerLoop() {
   }
 }
 
-bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk) {
+bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count) {
   {
     std::lock_guard<std::mutex> l(mu_);
     const uint32_t cap = std::min(options_.max_warm_inflight,
@@ -128,13 +128,12 @@ bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t
     ++warm_inflight_;
   }
   Submit(
-      [this, dataset, shard, chunk] {
+      [this, dataset, shard, first, count] {
         ReadOptions ro;
         ro.priority = FetchPriority::kPrefetch;
         ro.deadline = std::chrono::steady_clock::now() +
                       std::chrono::milliseconds(options_.read_timeout_ms);
-        auto c = source_.ReadChunk(dataset, shard, chunk, ro);
-        if (c.ok()) WarmReadCounter()->Add();
+        if (source_.Prefetch(dataset, shard, first, count, ro).ok()) WarmReadCounter()->Add(count);
         // A failed warm-up is not an error: the demand read will retry and report it.
         std::lock_guard<std::mutex> l(mu_);
         --warm_inflight_;
@@ -170,30 +169,37 @@ Status BatchAssembler::Assemble(SampleLocator& locator, std::span<const uint64_t
                              " bytes but an arena slot holds " + std::to_string(dest_bytes) +
                              "; use a smaller batch or larger slots (fewer slots or a bigger arena)");
   }
-  // Which samples overlap each chunk: (shard, chunk) → sample positions in the batch.
-  std::map<std::pair<uint32_t, uint64_t>, std::vector<uint32_t>> users;
+  // The piece of each sample inside each chunk it overlaps, grouped by (shard, chunk); the
+  // source copies every piece straight to its place in the slot.
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<ChunkPiece>> by_chunk;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ext[i].length == 0) continue;
-    const uint64_t c0 = ext[i].offset / chunk_bytes;
-    const uint64_t c1 = (ext[i].offset + ext[i].length - 1) / chunk_bytes;
-    for (uint64_t c = c0; c <= c1; ++c) users[{ext[i].shard, c}].push_back(static_cast<uint32_t>(i));
+    const uint64_t s_end = ext[i].offset + ext[i].length;
+    for (uint64_t c = ext[i].offset / chunk_bytes; c * chunk_bytes < s_end; ++c) {
+      const uint64_t s0 = std::max(ext[i].offset, c * chunk_bytes);
+      const uint64_t s1 = std::min(s_end, (c + 1) * chunk_bytes);
+      by_chunk[{ext[i].shard, c}].push_back(
+          ChunkPiece{c, s0 - c * chunk_bytes, s1 - s0, dest + out->offsets[i] + (s0 - ext[i].offset)});
+    }
   }
-  // Contiguous runs of chunks within a shard become one ReadChunks call each.
+  // Contiguous runs of chunks within a shard become one ReadPieces call each (one upstream
+  // range on a miss), read in parallel on the pool.
   struct Run {
     uint32_t shard;
     uint64_t first;
     uint64_t count;
+    std::vector<ChunkPiece> pieces;
   };
   std::vector<Run> runs;
-  for (const auto& [key, _] : users) {
-    if (!runs.empty() && runs.back().shard == key.first &&
-        runs.back().first + runs.back().count == key.second) {
-      ++runs.back().count;
-    } else {
-      runs.push_back({key.first, key.second, 1});
+  for (auto& [key, pieces] : by_chunk) {
+    if (runs.empty() || runs.back().shard != key.first ||
+        runs.back().first + runs.back().count != key.second) {
+      runs.push_back({key.first, key.second, 0, {}});
     }
+    ++runs.back().count;
+    runs.back().pieces.insert(runs.back().pieces.end(), pieces.begin(), pieces.end());
   }
-  out->chunks_read = users.size();
+  out->chunks_read = by_chunk.size();
 
   std::mutex done_mu;
   std::condition_variable done_cv;
@@ -205,24 +211,9 @@ Status BatchAssembler::Assemble(SampleLocator& locator, std::span<const uint64_t
 
   for (const Run& run : runs) {
     Submit(
-        [&, run] {
-          Status s = source_.ReadChunks(
-              ds, run.shard, run.first, run.count, ro,
-              [&](uint64_t chunk_index, const ChunkPtr& chunk) -> Status {
-                auto it = users.find({run.shard, chunk_index});
-                if (it == users.end()) return Status::Ok();
-                const uint64_t cstart = chunk_index * chunk_bytes;
-                const uint64_t cend = cstart + chunk->bytes.size();
-                for (uint32_t i : it->second) {
-                  const uint64_t s0 = std::max(ext[i].offset, cstart);
-                  const uint64_t s1 = std::min(ext[i].offset + ext[i].length, cend);
-                  if (s0 >= s1) continue;
-                  std::memcpy(dest + out->offsets[i] + (s0 - ext[i].offset),
-                              chunk->bytes.data() + (s0 - cstart), s1 - s0);
-                }
-                ChunksReadCounter()->Add();
-                return Status::Ok();
-              });
+        [&, r = &run] {
+          Status s = source_.ReadPieces(ds, r->shard, r->pieces, ro);
+          if (s.ok()) ChunksReadCounter()->Add(r->count);
           std::lock_guard<std::mutex> l(done_mu);
           if (!s.ok() && first_error.ok()) first_error = s;
           if (--pending == 0) done_cv.notify_all();

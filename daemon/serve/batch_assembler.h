@@ -6,13 +6,15 @@
 //                    through ChunkSource::GetSampleIndex, and keep it (16 bytes per sample).
 //   BatchAssembler — collects the distinct chunks a batch needs, reads contiguous runs of them
 //                    in parallel on a small pool of reader threads (a cold chunk can take a
-//                    network round trip), and copies each chunk's overlap with each sample
-//                    straight into the slot as the chunk arrives. Every payload byte is copied
-//                    exactly once; no chunk is read twice for one batch. Samples are laid out
+//                    network round trip) with ChunkSource::ReadPieces: each sample's overlap
+//                    with each chunk goes straight to its place in the slot (a cache reads
+//                    only those bytes from NVMe, into the slot itself where aligned). Every
+//                    payload byte is copied at most once; no chunk is fetched twice for one
+//                    batch. Samples are laid out
 //                    back to back in batch order, so a records batch is a dense
 //                    [B, record_bytes] block.
-//   It also runs fire-and-forget warm reads (prefetch priority) for the prefetcher, at most
-//   `max_warm_inflight` at a time, each chunk at most once per Warm call site's bookkeeping.
+//   It also runs fire-and-forget warm reads (prefetch priority, ranges of chunks) for the
+//   prefetcher, at most `max_warm_inflight` at a time.
 //
 // Thread safety: SampleLocator and BatchAssembler are safe for concurrent use. Assemble()
 // blocks the caller until the batch is complete or failed.
@@ -76,12 +78,13 @@ struct AssembledBatch {
 };
 
 struct BatchAssemblerOptions {
-  // Threads that read chunks for batches and warm-ups. Default: 16 (cold reads wait on the
-  // network, not the CPU).
-  uint32_t read_threads = 16;
+  // Threads that read chunks for batches and warm-ups. Default: 64 (cold reads wait on the
+  // network, not the CPU; a cross-city link needs ~16 streams busy, with more work queued
+  // behind them so that the upstream's stream controller sees demand).
+  uint32_t read_threads = 64;
   // Warm reads in flight at once, over all loaders; capped at half the read threads so that
-  // demand reads always find a free thread. Default: 8.
-  uint32_t max_warm_inflight = 8;
+  // demand reads always find a free thread. Default: 32.
+  uint32_t max_warm_inflight = 32;
   // Deadline of one batch's reads. Default: 120 s.
   uint32_t read_timeout_ms = 120000;
 };
@@ -100,9 +103,10 @@ class BatchAssembler {
   Status Assemble(SampleLocator& locator, std::span<const uint64_t> ids, uint8_t* dest,
                   uint64_t dest_bytes, AssembledBatch* out);
 
-  // Queues a prefetch-priority read of one chunk whose result is dropped (it warms the cache
-  // tiers below). Returns false without queueing when max_warm_inflight reads are in flight.
-  bool TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk);
+  // Queues a prefetch-priority ChunkSource::Prefetch of chunks [first, first + count) of
+  // `shard` (it warms the cache tiers below; a cache fetches only what it lacks, as one
+  // upstream range). Returns false without queueing when max_warm_inflight are in flight.
+  bool TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count);
   uint32_t warm_inflight() const;
 
  private:

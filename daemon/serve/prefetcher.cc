@@ -12,6 +12,9 @@ constexpr auto kIdlePoll = std::chrono::milliseconds(50);
 
 uint64_t ChunkKey(uint32_t shard, uint64_t chunk) { return (uint64_t{shard} << 40) ^ chunk; }
 
+// Longest run of chunks one warm read asks for (the upstream splits it over its streams).
+constexpr uint64_t kMaxWarmRunChunks = 64;
+
 metrics::Histogram* NextWaitHistogram() {
   static auto* h = metrics::Registry::Global().GetHistogram(
       "shardcache_serve_next_wait_seconds", "Time NextBatch waited for its batch's data",
@@ -109,11 +112,14 @@ void LoaderPipeline::Run() {
         }
       }
     }
+    // Warm reads are queued first (never blocking): a trainer that waits on every batch keeps
+    // this thread assembling, and the fetches ahead of it are what end the waiting.
+    const bool warmed = Warm();
     if (slot) {
       AssembleInto(*slot, first, count);
       continue;
     }
-    if (Warm()) continue;
+    if (warmed) continue;
     if (want_slot) {
       arena_.WaitForFree(std::chrono::steady_clock::now() + kIdlePoll);
     } else {
@@ -166,25 +172,48 @@ bool LoaderPipeline::Warm() {
   }
   // Samples already inside batches being assembled or queued were read by the assembler.
   warm_index_ = std::max(warm_index_, base + uint64_t{options_.batch_size} * options_.prefetch_batches);
+  // Runs built earlier that the pool had no room for go first, in order.
+  bool progress = false;
+  while (!unsent_.empty()) {
+    const WarmRun& r = unsent_.front();
+    if (!assembler_.TryWarm(locator_->dataset(), r.shard, r.first, r.count)) return progress;
+    unsent_.pop_front();
+    progress = true;
+  }
+  // The chunks the plan needs next, within the lookahead; sorted into runs of consecutive
+  // chunks so that each becomes one upstream range (many streams at once), not one stream per
+  // chunk.
   const auto& m = locator_->dataset()->manifest;
   const uint64_t cb = m.chunk_bytes();
-  bool progress = false;
+  std::vector<std::pair<uint32_t, uint64_t>> wanted;
   while (warm_index_ < total_ && warmed_bytes_ + cb <= lookahead) {
     auto e = locator_->Locate(plan_->SampleAt(options_.rank, warm_index_));
-    if (!e.ok()) return progress;  // the demand path reports it
+    if (!e.ok()) break;  // the demand path reports it
     if (e->length > 0) {
       for (uint64_t c = e->offset / cb; c <= (e->offset + e->length - 1) / cb; ++c) {
-        const uint64_t key = ChunkKey(e->shard, c);
-        if (warmed_keys_.count(key)) continue;
-        if (!assembler_.TryWarm(locator_->dataset(), e->shard, c)) return progress;  // pool busy
+        if (!warmed_keys_.insert(ChunkKey(e->shard, c)).second) continue;
         const uint64_t bytes = dataset::ChunkLength(m, e->shard, c);
         warmed_.push_back({warm_index_, e->shard, c, bytes});
-        warmed_keys_.insert(key);
         warmed_bytes_ += bytes;
-        progress = true;
+        wanted.emplace_back(e->shard, c);
       }
     }
     ++warm_index_;
+  }
+  std::sort(wanted.begin(), wanted.end());
+  for (const auto& [shard, chunk] : wanted) {
+    if (!unsent_.empty() && unsent_.back().shard == shard &&
+        unsent_.back().first + unsent_.back().count == chunk && unsent_.back().count < kMaxWarmRunChunks) {
+      ++unsent_.back().count;
+    } else {
+      unsent_.push_back({shard, chunk, 1});
+    }
+  }
+  while (!unsent_.empty()) {
+    const WarmRun& r = unsent_.front();
+    if (!assembler_.TryWarm(locator_->dataset(), r.shard, r.first, r.count)) break;
+    unsent_.pop_front();
+    progress = true;
   }
   return progress;
 }

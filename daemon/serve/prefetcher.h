@@ -5,7 +5,9 @@
 //      so NextBatch returns at once when the data is there;
 //   2. beyond those, it issues prefetch-priority warm reads of the chunks the loader will need
 //      next, within `lookahead_bytes` of chunk data, so the cache tiers below (single-flight,
-//      shared by every loader on the node) fetch ahead of demand;
+//      shared by every loader on the node) fetch ahead of demand. The chunks are sorted into
+//      runs of consecutive chunks, one warm read each: a cold cache fetches them as upstream
+//      ranges over many streams at once;
 // The plan decides the order; timing never changes which samples a batch holds.
 //
 // Thread-per-loader is deliberate: a node serves at most a few dozen trainers with a few
@@ -130,6 +132,12 @@ class LoaderPipeline {
   std::deque<Warmed> warmed_;
   std::unordered_set<uint64_t> warmed_keys_;
   uint64_t warmed_bytes_ = 0;
+  struct WarmRun {
+    uint32_t shard;
+    uint64_t first;
+    uint64_t count;
+  };
+  std::deque<WarmRun> unsent_;  // warm reads decided on but not yet accepted by the pool
 
   std::thread thread_;
   // Per-loader series (labels loader, dataset, rank); owned by the metrics registry.

@@ -1,5 +1,8 @@
 #include "daemon/source/chunk_source.h"
 
+#include <cstring>
+#include <map>
+
 namespace shardcache {
 
 Result<ChunkPtr> ChunkSource::ReadChunk(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk,
@@ -11,6 +14,52 @@ Result<ChunkPtr> ChunkSource::ReadChunk(const DatasetPtr& dataset, uint32_t shar
   });
   if (!s.ok()) return s;
   return out;
+}
+
+Status ChunkSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
+                               std::span<const ChunkPiece> pieces, const ReadOptions& options) {
+  if (pieces.empty()) return Status::Ok();
+  // Pieces by chunk, in chunk order; consecutive chunks form one ReadChunks call.
+  std::map<uint64_t, std::vector<const ChunkPiece*>> by_chunk;
+  for (const ChunkPiece& p : pieces) by_chunk[p.chunk].push_back(&p);
+  auto it = by_chunk.begin();
+  while (it != by_chunk.end()) {
+    const uint64_t first = it->first;
+    uint64_t count = 1;
+    auto next = std::next(it);
+    while (next != by_chunk.end() && next->first == first + count) {
+      ++count;
+      ++next;
+    }
+    SC_RETURN_IF_ERROR(ReadChunks(dataset, shard, first, count, options,
+                                  [&](uint64_t c, const ChunkPtr& chunk) -> Status {
+                                    auto found = by_chunk.find(c);
+                                    if (found == by_chunk.end()) return Status::Ok();
+                                    for (const ChunkPiece* p : found->second) {
+                                      SC_RETURN_IF_ERROR(CheckPiece(dataset, shard, *p, chunk->bytes.size()));
+                                      std::memcpy(p->dest, chunk->bytes.data() + p->offset, p->length);
+                                    }
+                                    return Status::Ok();
+                                  }));
+    it = next;
+  }
+  return Status::Ok();
+}
+
+Status ChunkSource::Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
+                             const ReadOptions& options) {
+  return ReadChunks(dataset, shard, first, count, options,
+                    [](uint64_t, const ChunkPtr&) { return Status::Ok(); });
+}
+
+Status CheckPiece(const DatasetPtr& dataset, uint32_t shard, const ChunkPiece& piece, uint64_t chunk_length) {
+  if (piece.offset > chunk_length || piece.length > chunk_length - piece.offset) {
+    return InvalidArgument("bytes [" + std::to_string(piece.offset) + ", " +
+                           std::to_string(piece.offset + piece.length) + ") lie outside chunk " +
+                           std::to_string(piece.chunk) + " of shard " + std::to_string(shard) + " of '" +
+                           dataset->name + "', which has " + std::to_string(chunk_length) + " bytes");
+  }
+  return Status::Ok();
 }
 
 Status CheckChunkRange(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,14 @@ struct ReadOptions {
 // Receives chunks in order. Returning a non-OK status stops the read with that status.
 using ChunkSink = std::function<Status(uint64_t chunk_index, const ChunkPtr& chunk)>;
 
+// Bytes [offset, offset + length) of one chunk, to be copied to `dest` (see ReadPieces).
+struct ChunkPiece {
+  uint64_t chunk = 0;
+  uint64_t offset = 0;  // within the chunk
+  uint64_t length = 0;
+  uint8_t* dest = nullptr;
+};
+
 class ChunkSource {
  public:
   virtual ~ChunkSource() = default;
@@ -67,6 +76,21 @@ class ChunkSource {
   virtual Status ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first,
                             uint64_t count, const ReadOptions& options, const ChunkSink& sink) = 0;
 
+  // Copies pieces of chunks of `shard` to their destinations, every byte verified as this
+  // source verifies whole chunks. Pieces may come in any order and several may share a chunk;
+  // destinations must not overlap. The default reads the covered chunks with ReadChunks (runs
+  // of consecutive chunks as one call) and copies; a cache tier overrides it to read only the
+  // bytes asked for (CachedSource: sub-chunk reads from NVMe, straight into `dest` where
+  // alignment allows). InvalidArgument when a piece lies outside its chunk.
+  virtual Status ReadPieces(const DatasetPtr& dataset, uint32_t shard,
+                            std::span<const ChunkPiece> pieces, const ReadOptions& options);
+
+  // Makes chunks [first, first + count) available in the tiers at and below this source without
+  // handing them to anybody (the prefetcher's warm reads). The default reads them with
+  // ReadChunks and drops them; a cache tier skips what it already holds.
+  virtual Status Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
+                          const ReadOptions& options);
+
   // Convenience: one chunk.
   Result<ChunkPtr> ReadChunk(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk,
                              const ReadOptions& options);
@@ -75,6 +99,10 @@ class ChunkSource {
 // Checks that [first, first+count) lies inside `shard` of `dataset`; InvalidArgument naming
 // the range otherwise. Shared by every implementation.
 Status CheckChunkRange(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count);
+
+// Checks that `piece` lies inside a chunk of `chunk_length` bytes; InvalidArgument naming it
+// otherwise.
+Status CheckPiece(const DatasetPtr& dataset, uint32_t shard, const ChunkPiece& piece, uint64_t chunk_length);
 
 // Rejects dataset names that could leave a root directory: empty, '/', "..", leading '.',
 // NUL, longer than 255 bytes.

@@ -483,8 +483,7 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
           fail_rest(DataLoss(v.message() + " (failed verification " + std::to_string(mismatches) +
                              " times)"));
           stopped_early = true;
-          stopped_early = true;
-        break;
+          break;
         }
         local = v;
         stopped_early = true;

@@ -38,15 +38,19 @@ void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool
   }
   if (probing_) {
     if (goodput_ >= base_goodput_ * options_.gain) {
+      // The raise paid off: keep it and probe further.
       base_goodput_ = goodput_;
       if (limit_ < options_.max) {
-        ++limit_;
+        previous_limit_ = limit_;
+        limit_ = NextProbe();
       } else {
         probing_ = false;
       }
     } else {
-      limit_ = std::max(options_.min, limit_ - 1);
+      // It did not: back to the last good count; from now on probe one stream at a time.
+      limit_ = std::max(options_.min, previous_limit_);
       probing_ = false;
+      slow_start_ = false;
       hold_ = options_.hold_periods;
       base_goodput_ = goodput_;
     }
@@ -58,9 +62,18 @@ void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool
     return;
   }
   if (limit_ < options_.max) {
-    ++limit_;
+    previous_limit_ = limit_;
+    limit_ = NextProbe();
     probing_ = true;
   }
+}
+
+int StreamController::NextProbe() const {
+  // Slow start: +50% per step (4 → 6 → 9 → 13 → ...), so a long link needing many streams is
+  // filled within a few periods; each step's expected gain dwarfs the measuring noise of whole
+  // chunks per period. After the first step that did not help: one stream at a time.
+  const int step = slow_start_ ? std::max(1, limit_ / 2) : 1;
+  return std::min(options_.max, limit_ + step);
 }
 
 }  // namespace shardcache::upstream

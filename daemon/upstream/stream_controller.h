@@ -5,9 +5,13 @@
 // every `period`, if work was waiting for a stream slot (demand exceeds the current limit),
 // it compares this period's goodput with the period before the last change —
 //   * after a raise, goodput grew by >= `gain` → keep it and raise again;
-//   * after a raise, goodput did not grow      → undo the raise and hold for `hold_periods`;
-//   * otherwise (settled, not holding)         → probe one more stream.
-// Without waiting work nothing changes: an idle or lightly used source does not grow.
+//   * after a raise, goodput did not grow      → go back to the count before the raise and hold
+//                                                for `hold_periods`;
+//   * otherwise (settled, not holding)         → probe a raise.
+// Raises start multiplicative (slow start: +50% per step, as a cross-city link may need 16
+// streams and one stream more per period would take seconds) and become +1 after the first raise
+// that did not help. Without waiting work nothing changes: an idle or lightly used source does
+// not grow.
 //
 // Thread safety: all methods are thread-safe.
 #pragma once
@@ -41,6 +45,9 @@ class StreamController {
   void Observe(Clock::time_point now, uint64_t total_bytes, bool saturated);
 
  private:
+  // REQUIRES: mu_ held. The limit a probe raises to.
+  int NextProbe() const;
+
   const StreamControllerOptions options_;
   mutable std::mutex mu_;
   int limit_;                       // GUARDED_BY(mu_)
@@ -48,6 +55,8 @@ class StreamController {
   uint64_t period_bytes_ = 0;       // GUARDED_BY(mu_), total_bytes at period start
   bool period_saturated_ = false;   // GUARDED_BY(mu_)
   bool probing_ = false;            // GUARDED_BY(mu_), the last change was a raise
+  bool slow_start_ = true;          // GUARDED_BY(mu_), raises are still multiplicative
+  int previous_limit_ = 0;          // GUARDED_BY(mu_), the limit before the last raise
   int hold_ = 0;                    // GUARDED_BY(mu_)
   double base_goodput_ = 0;         // GUARDED_BY(mu_), goodput before the last raise
   double goodput_ = 0;              // GUARDED_BY(mu_)
