@@ -78,7 +78,7 @@ def body(quick, argv):
     sock = b.path("node.sock")
     node = b.daemon("node", "file://" + b.path("data"), socket_path=sock,
                     cache_size=2 * dataset_bytes + 256 * S.MiB, memory_size=0,
-                    segment_size=64 * S.MiB, prefetch=0, arena=512 * S.MiB, slots=16)
+                    segment_size=256 * S.MiB, prefetch=0, arena=512 * S.MiB, slots=16)
     print(f"dataset: {dataset_bytes / S.MiB:.0f} MiB of {record // S.MiB} MiB records, "
           f"{chunk // S.MiB} MiB chunks; work dir {b.work}")
     # 8 chunk-sized samples per batch: the daemon reads them in parallel (8 in flight, as fio).

@@ -147,8 +147,17 @@ uint32_t BatchAssembler::warm_inflight() const {
   return warm_inflight_;
 }
 
-Status BatchAssembler::Assemble(SampleLocator& locator, std::span<const uint64_t> ids,
-                                uint8_t* dest, uint64_t dest_bytes, AssembledBatch* out) {
+// Contiguous chunks of one shard a batch needs, with the pieces to copy out of them: one
+// ReadPieces call (one upstream range on a miss).
+struct BatchAssembler::PieceRun {
+  uint32_t shard;
+  uint64_t first;
+  uint64_t count;
+  std::vector<ChunkPiece> pieces;
+};
+
+Status BatchAssembler::Plan(SampleLocator& locator, std::span<const uint64_t> ids, uint8_t* dest,
+                            uint64_t dest_bytes, AssembledBatch* out, std::vector<PieceRun>* runs) {
   const DatasetPtr& ds = locator.dataset();
   const uint64_t chunk_bytes = ds->manifest.chunk_bytes();
   out->sample_ids.assign(ids.begin(), ids.end());
@@ -182,47 +191,77 @@ Status BatchAssembler::Assemble(SampleLocator& locator, std::span<const uint64_t
           ChunkPiece{c, s0 - c * chunk_bytes, s1 - s0, dest + out->offsets[i] + (s0 - ext[i].offset)});
     }
   }
-  // Contiguous runs of chunks within a shard become one ReadPieces call each (one upstream
-  // range on a miss), read in parallel on the pool.
-  struct Run {
-    uint32_t shard;
-    uint64_t first;
-    uint64_t count;
-    std::vector<ChunkPiece> pieces;
-  };
-  std::vector<Run> runs;
   for (auto& [key, pieces] : by_chunk) {
-    if (runs.empty() || runs.back().shard != key.first ||
-        runs.back().first + runs.back().count != key.second) {
-      runs.push_back({key.first, key.second, 0, {}});
+    if (runs->empty() || runs->back().shard != key.first ||
+        runs->back().first + runs->back().count != key.second) {
+      runs->push_back({key.first, key.second, 0, {}});
     }
-    ++runs.back().count;
-    runs.back().pieces.insert(runs.back().pieces.end(), pieces.begin(), pieces.end());
+    ++runs->back().count;
+    runs->back().pieces.insert(runs->back().pieces.end(), pieces.begin(), pieces.end());
   }
   out->chunks_read = by_chunk.size();
+  return Status::Ok();
+}
 
-  std::mutex done_mu;
-  std::condition_variable done_cv;
-  size_t pending = runs.size();
-  Status first_error;
-  ReadOptions ro;
-  ro.priority = FetchPriority::kDemand;
-  ro.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.read_timeout_ms);
-
-  for (const Run& run : runs) {
+void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t> ids, uint8_t* dest,
+                                   uint64_t dest_bytes, AssembleDone done) {
+  struct Job {
+    DatasetPtr dataset;
+    AssembledBatch out;
+    std::vector<PieceRun> runs;
+    ReadOptions options;
+    AssembleDone done;
+    std::mutex mu;
+    size_t pending = 0;
+    Status first_error;
+  };
+  auto job = std::make_shared<Job>();
+  job->dataset = locator.dataset();
+  job->done = std::move(done);
+  Status planned = Plan(locator, ids, dest, dest_bytes, &job->out, &job->runs);
+  if (!planned.ok() || job->runs.empty()) {
+    job->done(planned, std::move(job->out));
+    return;
+  }
+  job->options.priority = FetchPriority::kDemand;
+  job->options.deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.read_timeout_ms);
+  job->pending = job->runs.size();
+  // The runs are read in parallel on the pool; the last one to finish reports the batch.
+  for (size_t i = 0; i < job->runs.size(); ++i) {
     Submit(
-        [&, r = &run] {
-          Status s = source_.ReadPieces(ds, r->shard, r->pieces, ro);
-          if (s.ok()) ChunksReadCounter()->Add(r->count);
-          std::lock_guard<std::mutex> l(done_mu);
-          if (!s.ok() && first_error.ok()) first_error = s;
-          if (--pending == 0) done_cv.notify_all();
+        [this, job, i] {
+          const PieceRun& r = job->runs[i];
+          Status s = source_.ReadPieces(job->dataset, r.shard, r.pieces, job->options);
+          if (s.ok()) ChunksReadCounter()->Add(r.count);
+          {
+            std::lock_guard<std::mutex> l(job->mu);
+            if (!s.ok() && job->first_error.ok()) job->first_error = s;
+            if (--job->pending > 0) return;
+          }
+          job->done(job->first_error, std::move(job->out));
         },
         /*demand=*/true);
   }
-  std::unique_lock<std::mutex> l(done_mu);
-  done_cv.wait(l, [&] { return pending == 0; });
-  return first_error;
+}
+
+Status BatchAssembler::Assemble(SampleLocator& locator, std::span<const uint64_t> ids,
+                                uint8_t* dest, uint64_t dest_bytes, AssembledBatch* out) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  Status result;
+  AssembleAsync(locator, std::vector<uint64_t>(ids.begin(), ids.end()), dest, dest_bytes,
+                [&](Status s, AssembledBatch batch) {
+                  std::lock_guard<std::mutex> l(mu);
+                  result = std::move(s);
+                  *out = std::move(batch);
+                  finished = true;
+                  cv.notify_all();
+                });
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait(l, [&] { return finished; });
+  return result;
 }
 
 }  // namespace shardcache::serve

@@ -102,6 +102,12 @@ class BatchAssembler {
   // the payload does not fit; the source's error when a chunk cannot be read.
   Status Assemble(SampleLocator& locator, std::span<const uint64_t> ids, uint8_t* dest,
                   uint64_t dest_bytes, AssembledBatch* out);
+  // The same without waiting: `done` runs exactly once with the outcome — on a pool thread,
+  // or on the caller when the batch fails before any read (a sample cannot be located, the
+  // slot is too small). `locator` is used only during the call.
+  using AssembleDone = std::function<void(Status, AssembledBatch)>;
+  void AssembleAsync(SampleLocator& locator, std::vector<uint64_t> ids, uint8_t* dest,
+                     uint64_t dest_bytes, AssembleDone done);
 
   // Queues a prefetch-priority ChunkSource::Prefetch of chunks [first, first + count) of
   // `shard` (it warms the cache tiers below; a cache fetches only what it lacks, as one
@@ -110,6 +116,10 @@ class BatchAssembler {
   uint32_t warm_inflight() const;
 
  private:
+  struct PieceRun;
+  // Locates the samples, fills `out`'s layout and groups the pieces into runs.
+  Status Plan(SampleLocator& locator, std::span<const uint64_t> ids, uint8_t* dest,
+              uint64_t dest_bytes, AssembledBatch* out, std::vector<PieceRun>* runs);
   void Submit(std::function<void()> task, bool demand);
   void WorkerLoop();
 

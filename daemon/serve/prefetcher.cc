@@ -86,6 +86,11 @@ void LoaderPipeline::Cancel() {
 LoaderPipeline::~LoaderPipeline() {
   Cancel();
   thread_.join();
+  {
+    // Assemblies in flight call back into this object; their reads end by the read deadline.
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return assembling_ == 0; });
+  }
   arena_.ReleaseAll(id_);
 }
 
@@ -94,21 +99,31 @@ uint64_t LoaderPipeline::samples_consumed() const {
   return consumed_;
 }
 
+bool LoaderPipeline::CanStartLocked() const {
+  return error_.ok() && assemble_index_ < total_ &&
+         ready_.size() + assembling_ < options_.prefetch_batches &&
+         assembling_ < std::max<uint32_t>(1, options_.assemble_depth);
+}
+
 void LoaderPipeline::Run() {
   for (;;) {
     std::optional<uint32_t> slot;
-    uint64_t first = 0, count = 0;
+    uint64_t first = 0, count = 0, seq = 0;
     bool want_slot = false;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (stop_) return;
-      if (error_.ok() && assemble_index_ < total_ && ready_.size() < options_.prefetch_batches) {
+      if (CanStartLocked()) {
         want_slot = true;
         slot = arena_.TryAcquire(id_);
         if (slot) {
-          assembling_ = true;
           first = assemble_index_;
           count = std::min<uint64_t>(options_.batch_size, total_ - assemble_index_);
+          assemble_index_ += count;
+          seq = next_assembly_++;
+          ++assembling_;
+          inflight_.emplace(seq, InFlight{*slot, first, count, false, false, {}});
+          order_.push_back(seq);
         }
       }
     }
@@ -116,7 +131,7 @@ void LoaderPipeline::Run() {
     // this thread assembling, and the fetches ahead of it are what end the waiting.
     const bool warmed = Warm();
     if (slot) {
-      AssembleInto(*slot, first, count);
+      StartAssembly(seq, *slot, first, count);
       continue;
     }
     if (warmed) continue;
@@ -124,33 +139,65 @@ void LoaderPipeline::Run() {
       arena_.WaitForFree(std::chrono::steady_clock::now() + kIdlePoll);
     } else {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait_for(l, kIdlePoll, [&] {
-        return stop_ || (error_.ok() && assemble_index_ < total_ &&
-                         ready_.size() < options_.prefetch_batches);
-      });
+      cv_.wait_for(l, kIdlePoll, [&] { return stop_ || CanStartLocked(); });
     }
   }
 }
 
-void LoaderPipeline::AssembleInto(uint32_t slot, uint64_t first, uint64_t count) {
+void LoaderPipeline::StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, uint64_t count) {
   std::vector<uint64_t> ids(count);
   for (uint64_t i = 0; i < count; ++i) ids[i] = plan_->SampleAt(options_.rank, first + i);
-  Delivered d;
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = assembler_.Assemble(*locator_, ids, arena_.SlotData(slot), arena_.slot_bytes(), &d.batch);
-  AssemblyHistogram()->Observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  assembler_.AssembleAsync(*locator_, std::move(ids), arena_.SlotData(slot), arena_.slot_bytes(),
+                           [this, seq, t0](Status s, AssembledBatch batch) {
+                             AssemblyHistogram()->Observe(std::chrono::duration<double>(
+                                                              std::chrono::steady_clock::now() - t0)
+                                                              .count());
+                             OnAssembled(seq, std::move(s), std::move(batch));
+                           });
+}
+
+void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
   std::lock_guard<std::mutex> l(mu_);
-  assembling_ = false;
-  if (!s.ok()) {
-    // Nothing advanced: the same batch is assembled again after Next() reported the error.
-    (void)arena_.Release(slot, id_);
+  --assembling_;
+  auto it = inflight_.find(seq);
+  InFlight& f = it->second;
+  if (f.cancelled || stop_) {
+    // Cancelled ones are no longer in order_; on stop this one may still be.
+    if (!f.cancelled) order_.erase(std::find(order_.begin(), order_.end(), seq));
+    (void)arena_.Release(f.slot, id_);
+    inflight_.erase(it);
+  } else if (!s.ok()) {
+    // Nothing from this batch on is delivered: it and every later one are assembled again,
+    // from this batch's first sample, after Next() reported the error.
+    (void)arena_.Release(f.slot, id_);
+    assemble_index_ = f.first;
+    inflight_.erase(it);
+    auto pos = std::find(order_.begin(), order_.end(), seq);
+    for (auto later = std::next(pos); later != order_.end(); ++later) {
+      InFlight& g = inflight_.at(*later);
+      if (g.done) {
+        (void)arena_.Release(g.slot, id_);
+        inflight_.erase(*later);
+      } else {
+        g.cancelled = true;  // released when its reads finish
+      }
+    }
+    order_.erase(pos, order_.end());
     error_ = s;
   } else {
-    d.slot = slot;
+    f.done = true;
+    f.batch = std::move(batch);
+  }
+  // Batches are handed out in plan order, whichever finished first.
+  while (!order_.empty() && inflight_.at(order_.front()).done) {
+    auto node = inflight_.extract(order_.front());
+    order_.pop_front();
+    Delivered d;
+    d.slot = node.mapped().slot;
     d.seq = next_seq_++;
+    d.batch = std::move(node.mapped().batch);
     ready_.push_back(std::move(d));
-    assemble_index_ = first + count;
   }
   cv_.notify_all();
 }
@@ -253,7 +300,7 @@ Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock
       d.end_of_epoch = true;
       return d;
     }
-    if (!assembling_ && arena_.FreeSlots() == 0) {
+    if (assembling_ == 0 && arena_.FreeSlots() == 0) {
       return ResourceExhausted(
           "all " + std::to_string(arena_.slot_count()) + " arena slots are in use (" +
           std::to_string(arena_.DeliveredSlots()) +

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -53,6 +54,9 @@ struct LoaderPipelineOptions {
   uint32_t rank = 0;
   // Batches assembled ahead into free slots. Default: 2.
   uint32_t prefetch_batches = 2;
+  // Batches being assembled at the same time (each one's chunk reads already run in parallel;
+  // a second one keeps the disk busy while the first one's last read finishes). Default: 2.
+  uint32_t assemble_depth = 2;
   // Chunk bytes warmed ahead of the assembled batches. 0 = no warm reads. Default: 256 MiB.
   uint64_t lookahead_bytes = 256ull << 20;
   // When set, overrides lookahead_bytes and may change at any time (LocalService's run-time
@@ -98,8 +102,12 @@ class LoaderPipeline {
 
  private:
   void Run();
-  // Assembles the batch starting at assemble_index_ into `slot`. Called without mu_.
-  void AssembleInto(uint32_t slot, uint64_t first, uint64_t count);
+  // REQUIRES: mu_ held. Another batch may start assembling now.
+  bool CanStartLocked() const;
+  // Starts assembling rank samples [first, first + count) into `slot`. Called without mu_.
+  void StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, uint64_t count);
+  // The assembler's report of assembly `seq` (any thread, without mu_).
+  void OnAssembled(uint64_t seq, Status s, AssembledBatch batch);
   // Issues warm reads; true when it made progress.
   bool Warm();
 
@@ -114,7 +122,19 @@ class LoaderPipeline {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;              // GUARDED_BY(mu_)
-  bool assembling_ = false;        // GUARDED_BY(mu_)
+  uint32_t assembling_ = 0;        // GUARDED_BY(mu_): assemblies whose reads are running
+  // Assemblies started and not yet handed to ready_, by sequence number; order_ lists the ones
+  // still to be delivered, in plan order (cancelled ones stay in inflight_ until they report).
+  struct InFlight {
+    uint32_t slot = 0;
+    uint64_t first = 0, count = 0;
+    bool done = false;
+    bool cancelled = false;
+    AssembledBatch batch;
+  };
+  std::map<uint64_t, InFlight> inflight_;  // GUARDED_BY(mu_)
+  std::deque<uint64_t> order_;             // GUARDED_BY(mu_)
+  uint64_t next_assembly_ = 0;             // GUARDED_BY(mu_)
   uint64_t assemble_index_ = 0;    // GUARDED_BY(mu_): next rank index to assemble
   uint64_t consumed_ = 0;          // GUARDED_BY(mu_): rank index after the last delivered batch
   uint64_t next_seq_ = 0;          // GUARDED_BY(mu_)
