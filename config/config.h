@@ -71,7 +71,7 @@ struct Config {
 
   struct Fetch {
     uint64_t bandwidth_bytes_per_s = 0;           // 0 = no cap
-    uint32_t connections = 4;                     // initial upstream HTTP/2 connections
+    uint32_t connections = 8;                     // initial upstream HTTP/2 connections
     uint32_t max_connections = 16;                // ceiling when adapting to the link
     std::chrono::milliseconds timeout{60000};     // deadline of one upstream call
     uint32_t retries = 5;                         // attempts after the first, jittered backoff

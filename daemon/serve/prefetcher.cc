@@ -127,14 +127,12 @@ void LoaderPipeline::Run() {
         }
       }
     }
-    // Warm reads are queued first (never blocking): a trainer that waits on every batch keeps
-    // this thread assembling, and the fetches ahead of it are what end the waiting.
+    // Neither call blocks: the batch's demand reads are queued first (the upstream serves them
+    // before prefetches), then the warm reads ahead of it — every pass, so that a trainer
+    // waiting on every batch never starves the fetches that would end its waiting.
+    if (slot) StartAssembly(seq, *slot, first, count);
     const bool warmed = Warm();
-    if (slot) {
-      StartAssembly(seq, *slot, first, count);
-      continue;
-    }
-    if (warmed) continue;
+    if (slot || warmed) continue;
     if (want_slot) {
       arena_.WaitForFree(std::chrono::steady_clock::now() + kIdlePoll);
     } else {

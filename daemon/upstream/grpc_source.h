@@ -71,7 +71,7 @@ struct GrpcSourceOptions {
   std::string token;
   // Concurrent streams at start, and the ceiling the adaptive controller may reach. Each stream
   // slot owns one HTTP/2 connection.
-  int connections = 4;
+  int connections = 8;
   int max_connections = 16;
   // Upstream wire bytes per second over all streams; 0 = no cap.
   uint64_t bandwidth_bytes_per_s = 0;

@@ -45,7 +45,7 @@ struct WarmArgs {
   std::string upstream, socket, token, token_file, ca, cert, key, bandwidth = "0";
   std::string cache_dir, cache_size = "0", memory_size = "0", segment_size = "256MiB", eviction = "lru";
   std::string min_free = "5%";
-  int connections = 4, max_connections = 16, parallel = 4;
+  int connections = 8, max_connections = 16, parallel = 4;
   int timeout_s = 3600;
   uint32_t range_chunks = 64;
   bool json = false;
