@@ -30,14 +30,17 @@ constexpr uint64_t kIndexGrowthBytes = 8ull << 20;
 constexpr size_t kMaxBatchItems = 256;
 constexpr uint64_t kMaxBatchBytes = 16ull << 20;
 
-// Bytes of a chunk's block table on disk (one xxh3-64 per kVerifyBlockBytes, padded).
+// Bytes of a chunk's block table on disk (one xxh3-64 per kVerifyBlockBytes, padded). A chunk
+// of one block has none: any piece of it is read whole and checked against the manifest hash.
 uint64_t TableBytes(uint64_t length) {
+  if (length <= kVerifyBlockBytes) return 0;
   const uint64_t blocks = (length + kVerifyBlockBytes - 1) / kVerifyBlockBytes;
   return AlignUp(blocks * sizeof(uint64_t), kDirectIoAlign);
 }
 
 // The block table of `length` bytes at `data`, padded with zeros to TableBytes(length).
 AlignedBuffer BlockTable(const uint8_t* data, uint64_t length) {
+  if (TableBytes(length) == 0) return AlignedBuffer();
   AlignedBuffer table(TableBytes(length));
   std::memset(table.data(), 0, table.size());
   auto* hashes = reinterpret_cast<uint64_t*>(table.data());
@@ -343,7 +346,8 @@ std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
     const NvmePiece& p = pieces[j.index];
     const uint64_t padded = AlignUp(j.loc.length, kDirectIoAlign);
     // A stored length that differs from the manifest's is read whole and fails the length check.
-    j.whole = (p.offset == 0 && p.length == j.loc.length) || j.loc.length != p.chunk_length;
+    j.whole = (p.offset == 0 && p.length == j.loc.length) || j.loc.length != p.chunk_length ||
+              TableBytes(j.loc.length) == 0;
     if (j.whole) {
       j.data_len = padded;
     } else {
@@ -716,20 +720,25 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
 
   auto flush_group = [&] {
     if (group.empty()) return;
+    // One pwritev per IOV_MAX iovecs, cut at chunk boundaries (a chunk is its data, then its
+    // block table when it has one).
+    Status w = Status::Ok();
     std::vector<struct iovec> iov;
     iov.reserve(2 * group.size());
-    for (const auto& p : group) {
+    size_t first_in_write = 0;
+    for (size_t k = 0; k <= group.size() && w.ok(); ++k) {
+      const size_t need = k < group.size() ? (group[k].table.size() ? 2 : 1) : 0;
+      if (k == group.size() || iov.size() + need > IOV_MAX) {
+        w = group_file->WriteV(iov.data(), static_cast<int>(iov.size()), group[first_in_write].offset);
+        iov.clear();
+        first_in_write = k;
+        if (k == group.size()) break;
+      }
+      const auto& p = group[k];
       // AlignedBuffer capacity is rounded up to 4 KiB, so the padded chunk is readable; the
       // pad bytes are never served (reads stop at the chunk length).
       iov.push_back({const_cast<uint8_t*>(p.item->chunk->bytes.data()), AlignUp(p.length, kDirectIoAlign)});
-      iov.push_back({const_cast<uint8_t*>(p.table.data()), p.table.size()});
-    }
-    Status w = Status::Ok();
-    // IOV_MAX is even, so every write starts at a chunk's data iovec.
-    static_assert(IOV_MAX % 2 == 0);
-    for (size_t at = 0; at < iov.size() && w.ok(); at += IOV_MAX) {
-      const int n = static_cast<int>(std::min<size_t>(IOV_MAX, iov.size() - at));
-      w = group_file->WriteV(iov.data() + at, n, group[at / 2].offset);
+      if (p.table.size()) iov.push_back({const_cast<uint8_t*>(p.table.data()), p.table.size()});
     }
     std::lock_guard<std::mutex> lock(mu_);
     auto it = segments_.find(group_segment);
