@@ -117,6 +117,16 @@ Histogram* Registry::GetHistogram(const std::string& name, const std::string& he
   return slot.get();
 }
 
+void Registry::Remove(const std::string& name, const Labels& labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = families_.find(name);
+  if (it == families_.end()) return;
+  const std::string key = RenderLabels(labels);
+  it->second.counters.erase(key);
+  it->second.gauges.erase(key);
+  it->second.histograms.erase(key);
+}
+
 std::string Registry::RenderPrometheus() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream out;

@@ -72,6 +72,9 @@ class Registry {
                           std::vector<double> bounds, const Labels& labels = {});
   // Prometheus text exposition format 0.0.4.
   std::string RenderPrometheus() const;
+  // Drops one series (a closed loader's); pointers to it must no longer be used. The family
+  // stays, so other series of the same name are unaffected. No effect when absent.
+  void Remove(const std::string& name, const Labels& labels);
   // Value of a counter or gauge by name and labels, for tests and `shardctl status`; -1 if absent.
   double ValueOf(const std::string& name, const Labels& labels = {}) const;
 

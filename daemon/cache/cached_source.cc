@@ -314,6 +314,7 @@ Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
     SC_RETURN_IF_ERROR(CheckChunkRange(dataset, shard, p.chunk, 1));
     const uint64_t length = dataset::ChunkLength(manifest, shard, p.chunk);
     SC_RETURN_IF_ERROR(CheckPiece(dataset, shard, p, length));
+    if (p.length == 0) continue;  // nothing to read, nothing to count
     const ChunkKey key{vid, shard, p.chunk};
     ChunkPtr c = dram_.Get(key);
     if (!c && store_) c = store_->Pending(key);
@@ -351,7 +352,8 @@ Status CachedSource::Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_
   const Hash128 vid = VersionId(dataset->version);
   auto held = [&](uint64_t c) {
     const ChunkKey key{vid, shard, c};
-    return dram_.Get(key) != nullptr || (store_ && (store_->Contains(key) || store_->Pending(key)));
+    // Pending before Contains: the writer publishes the entry before it leaves the queue.
+    return dram_.Get(key) != nullptr || (store_ && (store_->Pending(key) || store_->Contains(key)));
   };
   const uint64_t end = first + count;
   for (uint64_t c = first; c < end;) {

@@ -411,12 +411,14 @@ std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
         }
       }
       if (!bad.empty()) {
-        checksum_failures_.fetch_add(1, std::memory_order_relaxed);
-        m.checksum_failures->Add();
-        SC_LOG_RATE_LIMITED(spdlog::level::err,
-                            "cache: chunk {} at {} offset {} failed verification ({}); dropped, will refetch",
-                            p.key.ToString(), j.file->path(), j.loc.offset, bad);
-        DropEntry(j.fp, j.loc);
+        // Several pieces of one corrupt chunk in one call: the chunk is counted and logged once.
+        if (DropEntry(j.fp, j.loc)) {
+          checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+          m.checksum_failures->Add();
+          SC_LOG_RATE_LIMITED(spdlog::level::err,
+                              "cache: chunk {} at {} offset {} failed verification ({}); dropped, will refetch",
+                              p.key.ToString(), j.file->path(), j.loc.offset, bad);
+        }
         continue;
       }
       if (!j.direct) std::memcpy(p.dest, data + (p.offset - j.data_off), p.length);
@@ -442,16 +444,17 @@ ChunkPtr NvmeStore::Pending(const ChunkKey& key) const {
   return it == pending_.end() ? nullptr : it->second;
 }
 
-void NvmeStore::DropEntry(uint64_t fp, const Loc& loc) {
+bool NvmeStore::DropEntry(uint64_t fp, const Loc& loc) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find(fp);
-    if (it == index_.end() || !(it->second == loc)) return;  // already gone or replaced
+    if (it == index_.end() || !(it->second == loc)) return false;  // already gone or replaced
     index_.erase(it);
     RemoveFingerprintLocked(fp, loc.segment);
   }
   Status s = db_->DropEntries({EntryLocation{loc.segment, loc.offset}});
   if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: {}", s.ToString());
+  return true;
 }
 
 void NvmeStore::RemoveFingerprintLocked(uint64_t fp, uint32_t segment) {

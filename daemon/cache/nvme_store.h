@@ -4,7 +4,8 @@
 // (io_reader.h), every read verified.
 //
 // On-disk extent of one chunk (index format 2): the chunk bytes padded to 4 KiB, then a block
-// table — xxh3-64 of each kVerifyBlockBytes block of the chunk, padded to 4 KiB. The table is
+// table — xxh3-64 of each kVerifyBlockBytes block of the chunk, padded to 4 KiB (chunks of one
+// block have none: any piece of them is read whole against the manifest hash). The table is
 // computed by the writer from the chunk it was handed, which was verified against the manifest
 // hash on arrival. It makes sub-chunk reads cheap and still verified: a trainer that wants one
 // 64 KiB sample of a 4 MiB chunk reads the covering block(s) and one table page, not 4 MiB.
@@ -138,8 +139,8 @@ class NvmeStore {
   std::vector<bool> ReadPieces(std::span<const NvmePiece> pieces);
   // True when the chunk has an index entry (no I/O, not verified).
   bool Contains(const ChunkKey& key) const;
-  // Bytes one chunk of `length` bytes occupies in a segment: data and block table, each padded
-  // to 4 KiB.
+  // Bytes one chunk of `length` bytes occupies in a segment: data and block table (none for a
+  // chunk of one block), each padded to 4 KiB.
   static uint64_t ExtentBytes(uint64_t length);
   // A chunk still waiting in the write queue, or nullptr.
   ChunkPtr Pending(const ChunkKey& key) const;
@@ -206,7 +207,8 @@ class NvmeStore {
   std::optional<uint32_t> PickVictimLocked(std::optional<uint64_t> incoming);
   void RemoveFingerprintLocked(uint64_t fp, uint32_t segment);
   void DropFiles(const std::vector<std::shared_ptr<SegmentFile>>& files);
-  void DropEntry(uint64_t fp, const Loc& loc);
+  // Removes the entry if it still points at `loc`; true when this call removed it.
+  bool DropEntry(uint64_t fp, const Loc& loc);
   uint64_t IndexAllowance(uint64_t measured_index_bytes) const;
   // Bytes the file system may still hand out before hitting the floor (may be negative).
   int64_t HeadroomAboveFloor() const;

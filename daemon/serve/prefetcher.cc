@@ -60,9 +60,10 @@ LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assemb
       options_(std::move(options)),
       total_(plan_->samples_per_rank(options_.rank)) {
   // Per-loader series for `shardctl top`: which loader is slow, and whether it waits on data.
-  const metrics::Labels labels = {{"loader", std::to_string(id_)},
-                                  {"dataset", locator_->dataset()->name},
-                                  {"rank", std::to_string(options_.rank)}};
+  labels_ = {{"loader", std::to_string(id_)},
+             {"dataset", locator_->dataset()->name},
+             {"rank", std::to_string(options_.rank)}};
+  const metrics::Labels& labels = labels_;
   auto& reg = metrics::Registry::Global();
   loader_bytes_ = reg.GetCounter("shardcache_loader_bytes_total",
                                  "Sample bytes delivered to one loader", labels);
@@ -92,6 +93,13 @@ LoaderPipeline::~LoaderPipeline() {
     cv_.wait(l, [&] { return assembling_ == 0; });
   }
   arena_.ReleaseAll(id_);
+  // The per-loader series go with the loader: a daemon that outlives many jobs keeps no
+  // series of closed loaders.
+  auto& reg = metrics::Registry::Global();
+  for (const char* name : {"shardcache_loader_bytes_total", "shardcache_loader_batches_total",
+                           "shardcache_loader_stall_microseconds_total"}) {
+    reg.Remove(name, labels_);
+  }
 }
 
 uint64_t LoaderPipeline::samples_consumed() const {

@@ -160,7 +160,9 @@ class LoaderPipeline {
   std::deque<WarmRun> unsent_;  // warm reads decided on but not yet accepted by the pool
 
   std::thread thread_;
-  // Per-loader series (labels loader, dataset, rank); owned by the metrics registry.
+  // Per-loader series (labels loader, dataset, rank); owned by the metrics registry, removed
+  // from it by the destructor.
+  metrics::Labels labels_;
   metrics::Counter* loader_bytes_ = nullptr;
   metrics::Counter* loader_batches_ = nullptr;
   metrics::Counter* loader_stall_us_ = nullptr;

@@ -83,3 +83,15 @@ TEST_CASE("metrics render in Prometheus text format") {
   CHECK(r.ValueOf("sc_test_bytes_total", {{"tier", "nvme"}}) == 5);
   CHECK(r.ValueOf("absent") == -1);
 }
+
+TEST_CASE("a removed series leaves the exposition, its siblings stay") {
+  metrics::Registry r;
+  r.GetCounter("sc_test_loader_total", "per loader", {{"loader", "1"}})->Add(3);
+  r.GetCounter("sc_test_loader_total", "per loader", {{"loader", "2"}})->Add(4);
+  r.Remove("sc_test_loader_total", {{"loader", "1"}});
+  r.Remove("sc_test_absent_total", {});
+  const std::string text = r.RenderPrometheus();
+  CHECK(text.find("loader=\"1\"") == std::string::npos);
+  CHECK(text.find("sc_test_loader_total{loader=\"2\"} 4") != std::string::npos);
+  CHECK(r.ValueOf("sc_test_loader_total", {{"loader", "1"}}) == -1);
+}
