@@ -353,7 +353,7 @@ Status CachedSource::Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_
   auto held = [&](uint64_t c) {
     const ChunkKey key{vid, shard, c};
     // Pending before Contains: the writer publishes the entry before it leaves the queue.
-    return dram_.Get(key) != nullptr || (store_ && (store_->Pending(key) || store_->Contains(key)));
+    return dram_.Contains(key) || (store_ && (store_->Pending(key) || store_->Contains(key)));
   };
   const uint64_t end = first + count;
   for (uint64_t c = first; c < end;) {

@@ -10,6 +10,11 @@ ChunkPtr DramCache::Get(const ChunkKey& key) {
   return it->second->chunk;
 }
 
+bool DramCache::Contains(const ChunkKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_.count(key) > 0;
+}
+
 void DramCache::Put(const ChunkKey& key, ChunkPtr chunk) {
   if (!chunk) return;
   std::lock_guard<std::mutex> lock(mu_);

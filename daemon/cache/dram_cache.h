@@ -25,6 +25,9 @@ class DramCache {
 
   // The chunk, refreshed as most recently used, or nullptr.
   ChunkPtr Get(const ChunkKey& key);
+  // Whether the chunk is held, without refreshing it (a prefetcher's check must not make a
+  // chunk needed later outlive one needed sooner).
+  bool Contains(const ChunkKey& key) const;
   // Inserts (or refreshes) `chunk`; evicts least recently used chunks until within budget.
   // A chunk larger than the whole budget is not kept.
   void Put(const ChunkKey& key, ChunkPtr chunk);
