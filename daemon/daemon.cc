@@ -125,6 +125,20 @@ Status Daemon::StartOrigin() {
   return Status::Ok();
 }
 
+namespace {
+
+// The warm-read lookahead each loader gets: fetch.prefetch, but at most an eighth of the cache
+// tiers, so that a loader's warm reads do not evict chunks its own next batches still need
+// (bench/run amplification, block shuffle, 64 MiB cache: 64 MiB of lookahead fetched 1.69x the
+// dataset, 16 MiB 1.09-1.17x, 4 MiB 1.02x). A daemon without a cache keeps the configured value.
+uint64_t LoaderLookahead(const config::Config& c) {
+  const uint64_t cache = c.cache.size_bytes + c.cache.memory_size_bytes;
+  if (cache == 0) return c.fetch.prefetch_bytes;
+  return std::min<uint64_t>(c.fetch.prefetch_bytes, cache / 8);
+}
+
+}  // namespace
+
 Status Daemon::StartLocal() {
   if (config_.listen.socket.empty()) return Status::Ok();
   serve::LocalServiceOptions o;
@@ -133,7 +147,11 @@ Status Daemon::StartLocal() {
   o.allowed_gids = config_.local.allowed_gids;
   o.arena_bytes = config_.local.arena_size_bytes;
   o.slot_count = config_.local.slots;
-  o.prefetch_lookahead_bytes = config_.fetch.prefetch_bytes;
+  o.prefetch_lookahead_bytes = LoaderLookahead(config_);
+  if (o.prefetch_lookahead_bytes < config_.fetch.prefetch_bytes) {
+    spdlog::info("prefetch lookahead {} per loader (fetch.prefetch {} is more than an eighth of the cache)",
+                 FormatBytes(o.prefetch_lookahead_bytes), FormatBytes(config_.fetch.prefetch_bytes));
+  }
   if (parts_->cache && config_.cache.eviction == config::Eviction::kClairvoyant) {
     // The plans know every loader's future reads: hand them to the clairvoyant policy.
     cache::CachedSource* cache = parts_->cache.get();
@@ -232,7 +250,9 @@ Daemon::ReloadOutcome Daemon::ApplyReload(const config::Config& loaded) {
       }
     } else if (key == "fetch.prefetch") {
       if (parts_->local) {
-        parts_->local->SetPrefetchLookaheadBytes(loaded.fetch.prefetch_bytes);
+        config::Config effective = config_;
+        effective.fetch.prefetch_bytes = loaded.fetch.prefetch_bytes;
+        parts_->local->SetPrefetchLookaheadBytes(LoaderLookahead(effective));
         std::lock_guard<std::mutex> lock(reload_mu_);
         config_.fetch.prefetch_bytes = loaded.fetch.prefetch_bytes;
       } else {

@@ -119,7 +119,8 @@ void BatchAssembler::WorkerLoop() {
   }
 }
 
-bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count) {
+bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
+                             std::function<bool()> still_wanted) {
   {
     std::lock_guard<std::mutex> l(mu_);
     const uint32_t cap = std::min(options_.max_warm_inflight,
@@ -128,7 +129,12 @@ bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t
     ++warm_inflight_;
   }
   Submit(
-      [this, dataset, shard, first, count] {
+      [this, dataset, shard, first, count, still_wanted = std::move(still_wanted)] {
+        if (still_wanted && !still_wanted()) {
+          std::lock_guard<std::mutex> l(mu_);
+          --warm_inflight_;
+          return;
+        }
         ReadOptions ro;
         ro.priority = FetchPriority::kPrefetch;
         ro.deadline = std::chrono::steady_clock::now() +

@@ -112,7 +112,9 @@ class BatchAssembler {
   // Queues a prefetch-priority ChunkSource::Prefetch of chunks [first, first + count) of
   // `shard` (it warms the cache tiers below; a cache fetches only what it lacks, as one
   // upstream range). Returns false without queueing when max_warm_inflight are in flight.
-  bool TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count);
+  // `still_wanted` is asked when the read is about to start; false drops it.
+  bool TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
+               std::function<bool()> still_wanted = {});
   uint32_t warm_inflight() const;
 
  private:

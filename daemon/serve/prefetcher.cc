@@ -1,6 +1,7 @@
 #include "daemon/serve/prefetcher.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "common/metrics.h"
 
@@ -72,6 +73,7 @@ LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assemb
   loader_stall_us_ = reg.GetCounter("shardcache_loader_stall_microseconds_total",
                                     "Time one loader's trainer waited in NextBatch for data", labels);
   assemble_index_ = consumed_ = warm_index_ = std::min(start_index, total_);
+  assembled_from_->store(assemble_index_);
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -128,6 +130,7 @@ void LoaderPipeline::Run() {
           first = assemble_index_;
           count = std::min<uint64_t>(options_.batch_size, total_ - assemble_index_);
           assemble_index_ += count;
+          assembled_from_->store(assemble_index_);
           seq = next_assembly_++;
           ++assembling_;
           inflight_.emplace(seq, InFlight{*slot, first, count, false, false, {}});
@@ -178,6 +181,7 @@ void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
     // from this batch's first sample, after Next() reported the error.
     (void)arena_.Release(f.slot, id_);
     assemble_index_ = f.first;
+    assembled_from_->store(assemble_index_);
     inflight_.erase(it);
     auto pos = std::find(order_.begin(), order_.end(), seq);
     for (auto later = std::next(pos); later != order_.end(); ++later) {
@@ -223,13 +227,16 @@ bool LoaderPipeline::Warm() {
     warmed_keys_.erase(ChunkKey(warmed_.front().shard, warmed_.front().chunk));
     warmed_.pop_front();
   }
-  // Samples already inside batches being assembled or queued were read by the assembler.
-  warm_index_ = std::max(warm_index_, base + uint64_t{options_.batch_size} * options_.prefetch_batches);
+  // Samples before `base` are in batches being assembled or queued: their reads are running.
+  // The lookahead starts right after them, so assembly plus warm reads never hold more than
+  // those batches and `lookahead` bytes of chunks (a small cache is not flushed by its own
+  // prefetches).
+  warm_index_ = std::max(warm_index_, base);
   // Runs built earlier that the pool had no room for go first, in order.
   bool progress = false;
   while (!unsent_.empty()) {
     const WarmRun& r = unsent_.front();
-    if (!assembler_.TryWarm(locator_->dataset(), r.shard, r.first, r.count)) return progress;
+    if (!SendWarm(r)) return progress;
     unsent_.pop_front();
     progress = true;
   }
@@ -238,7 +245,7 @@ bool LoaderPipeline::Warm() {
   // chunk.
   const auto& m = locator_->dataset()->manifest;
   const uint64_t cb = m.chunk_bytes();
-  std::vector<std::pair<uint32_t, uint64_t>> wanted;
+  std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> wanted;  // shard, chunk, needed at
   while (warm_index_ < total_ && warmed_bytes_ + cb <= lookahead) {
     auto e = locator_->Locate(plan_->SampleAt(options_.rank, warm_index_));
     if (!e.ok()) break;  // the demand path reports it
@@ -248,27 +255,36 @@ bool LoaderPipeline::Warm() {
         const uint64_t bytes = dataset::ChunkLength(m, e->shard, c);
         warmed_.push_back({warm_index_, e->shard, c, bytes});
         warmed_bytes_ += bytes;
-        wanted.emplace_back(e->shard, c);
+        wanted.emplace_back(e->shard, c, warm_index_);
       }
     }
     ++warm_index_;
   }
   std::sort(wanted.begin(), wanted.end());
-  for (const auto& [shard, chunk] : wanted) {
+  for (const auto& [shard, chunk, needed_at] : wanted) {
     if (!unsent_.empty() && unsent_.back().shard == shard &&
         unsent_.back().first + unsent_.back().count == chunk && unsent_.back().count < kMaxWarmRunChunks) {
       ++unsent_.back().count;
+      unsent_.back().last_needed_at = std::max(unsent_.back().last_needed_at, needed_at);
     } else {
-      unsent_.push_back({shard, chunk, 1});
+      unsent_.push_back({shard, chunk, 1, needed_at});
     }
   }
   while (!unsent_.empty()) {
     const WarmRun& r = unsent_.front();
-    if (!assembler_.TryWarm(locator_->dataset(), r.shard, r.first, r.count)) break;
+    if (!SendWarm(r)) break;
     unsent_.pop_front();
     progress = true;
   }
   return progress;
+}
+
+bool LoaderPipeline::SendWarm(const WarmRun& r) {
+  // A warm read that waited in the pool until assembly passed every sample needing its chunks
+  // is dropped: the batches read them already, and fetching them again for nobody could evict
+  // chunks that are still needed from a small cache.
+  return assembler_.TryWarm(locator_->dataset(), r.shard, r.first, r.count,
+                            [from = assembled_from_, last = r.last_needed_at] { return from->load() <= last; });
 }
 
 Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock::time_point deadline) {

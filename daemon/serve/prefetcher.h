@@ -156,7 +156,11 @@ class LoaderPipeline {
     uint32_t shard;
     uint64_t first;
     uint64_t count;
+    uint64_t last_needed_at;  // the latest rank index that needs one of its chunks
   };
+  bool SendWarm(const WarmRun& run);
+  // assemble_index_, readable by warm reads waiting in the pool (which may outlive this object).
+  std::shared_ptr<std::atomic<uint64_t>> assembled_from_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::deque<WarmRun> unsent_;  // warm reads decided on but not yet accepted by the pool
 
   std::thread thread_;
