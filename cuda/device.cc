@@ -278,17 +278,22 @@ Result<double> Event::ElapsedMsSince(const Event& start) const {
   return std::chrono::duration<double, std::milli>(host_recorded_at_ - start.host_recorded_at_).count();
 }
 
-// ---- DeviceBuffer ------------------------------------------------------------------------
+// ---- OwnedBuffer (DeviceBuffer, PinnedBuffer) ---------------------------------------------
 
-Result<DeviceBuffer> DeviceBuffer::Allocate(const Device& device, size_t bytes) {
-  DeviceBuffer b;
+template <MemoryKind kKind, typename Pointer>
+Result<OwnedBuffer<kKind, Pointer>> OwnedBuffer<kKind, Pointer>::Allocate(const Device& device, size_t bytes) {
+  OwnedBuffer b;
   b.device_ = device;
   b.bytes_ = bytes;
 #if SHARDCACHE_HAVE_CUDA
   if (device.is_cuda()) {
     SC_RETURN_IF_ERROR(device.MakeCurrent());
-    SC_CUDA_RETURN_IF_ERROR(cudaMalloc(&b.data_, bytes == 0 ? 1 : bytes),
-                            "cudaMalloc(" + std::to_string(bytes) + " bytes)");
+    const size_t n = bytes == 0 ? 1 : bytes;
+    if constexpr (kKind == MemoryKind::kDevice) {
+      SC_CUDA_RETURN_IF_ERROR(cudaMalloc(&b.data_, n), "cudaMalloc(" + std::to_string(bytes) + " bytes)");
+    } else {
+      SC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&b.data_, n), "cudaMallocHost(" + std::to_string(bytes) + " bytes)");
+    }
     return b;
   }
 #endif
@@ -297,12 +302,15 @@ Result<DeviceBuffer> DeviceBuffer::Allocate(const Device& device, size_t bytes) 
   return b;
 }
 
-void DeviceBuffer::Free() {
+template <MemoryKind kKind, typename Pointer>
+void OwnedBuffer<kKind, Pointer>::Free() {
   if (data_ == nullptr) return;
 #if SHARDCACHE_HAVE_CUDA
   if (device_.is_cuda()) {
-    cudaError_t err = cudaFree(data_);
-    if (err != cudaSuccess) spdlog::warn("cudaFree: {}", cudaGetErrorString(err));
+    const cudaError_t err = kKind == MemoryKind::kDevice ? cudaFree(data_) : cudaFreeHost(data_);
+    if (err != cudaSuccess) {
+      spdlog::warn("{}: {}", kKind == MemoryKind::kDevice ? "cudaFree" : "cudaFreeHost", cudaGetErrorString(err));
+    }
     data_ = nullptr;
     return;
   }
@@ -311,68 +319,8 @@ void DeviceBuffer::Free() {
   data_ = nullptr;
 }
 
-DeviceBuffer::~DeviceBuffer() { Free(); }
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : device_(other.device_), data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    Free();
-    device_ = other.device_;
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-// ---- PinnedBuffer ------------------------------------------------------------------------
-
-Result<PinnedBuffer> PinnedBuffer::Allocate(const Device& device, size_t bytes) {
-  PinnedBuffer b;
-  b.device_ = device;
-  b.bytes_ = bytes;
-#if SHARDCACHE_HAVE_CUDA
-  if (device.is_cuda()) {
-    SC_RETURN_IF_ERROR(device.MakeCurrent());
-    SC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&b.data_, bytes == 0 ? 1 : bytes),
-                            "cudaMallocHost(" + std::to_string(bytes) + " bytes)");
-    return b;
-  }
-#endif
-  b.data_ = HostAlloc(bytes);
-  if (b.data_ == nullptr) return ResourceExhausted("host allocation of " + std::to_string(bytes) + " bytes");
-  return b;
-}
-
-void PinnedBuffer::Free() {
-  if (data_ == nullptr) return;
-#if SHARDCACHE_HAVE_CUDA
-  if (device_.is_cuda()) {
-    cudaError_t err = cudaFreeHost(data_);
-    if (err != cudaSuccess) spdlog::warn("cudaFreeHost: {}", cudaGetErrorString(err));
-    data_ = nullptr;
-    return;
-  }
-#endif
-  std::free(data_);
-  data_ = nullptr;
-}
-
-PinnedBuffer::~PinnedBuffer() { Free(); }
-
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
-    : device_(other.device_), data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
-  if (this != &other) {
-    Free();
-    device_ = other.device_;
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
+template class OwnedBuffer<MemoryKind::kDevice, void*>;
+template class OwnedBuffer<MemoryKind::kPinnedHost, uint8_t*>;
 
 // ---- HostRegistration --------------------------------------------------------------------
 

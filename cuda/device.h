@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "common/metrics.h"
 #include "common/status.h"
@@ -140,18 +141,32 @@ class Event {
   std::chrono::steady_clock::time_point host_recorded_at_{};
 };
 
-// Memory the device computes on: cudaMalloc, or an aligned host allocation on host.
-class DeviceBuffer {
- public:
-  static Result<DeviceBuffer> Allocate(const Device& device, size_t bytes);
-  DeviceBuffer() = default;
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+// An owned allocation on a device: kDevice is memory the device computes on (cudaMalloc),
+// kPinnedHost is page-locked host memory (cudaMallocHost); on host both are an aligned host
+// allocation. Move-only; freed with the matching call.
+enum class MemoryKind { kDevice, kPinnedHost };
 
-  void* data() const { return data_; }
+template <MemoryKind kKind, typename Pointer>
+class OwnedBuffer {
+ public:
+  static Result<OwnedBuffer> Allocate(const Device& device, size_t bytes);
+  OwnedBuffer() = default;
+  ~OwnedBuffer() { Free(); }
+  OwnedBuffer(OwnedBuffer&& other) noexcept
+      : device_(other.device_), data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  OwnedBuffer& operator=(OwnedBuffer&& other) noexcept {
+    if (this != &other) {
+      Free();
+      device_ = other.device_;
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  OwnedBuffer(const OwnedBuffer&) = delete;
+  OwnedBuffer& operator=(const OwnedBuffer&) = delete;
+
+  Pointer data() const { return static_cast<Pointer>(data_); }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -161,26 +176,8 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// Page-locked host memory (cudaMallocHost); an aligned host allocation on host.
-class PinnedBuffer {
- public:
-  static Result<PinnedBuffer> Allocate(const Device& device, size_t bytes);
-  PinnedBuffer() = default;
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& other) noexcept;
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  uint8_t* data() const { return static_cast<uint8_t*>(data_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void Free();
-  Device device_ = Device::Host();
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = OwnedBuffer<MemoryKind::kDevice, void*>;
+using PinnedBuffer = OwnedBuffer<MemoryKind::kPinnedHost, uint8_t*>;
 
 // Page-locks an existing host range (cudaHostRegister) for the object's lifetime, so copies
 // from it run at the bus's pinned speed without a bounce. Pinning costs ~1-2 GB/s: register a
