@@ -1,5 +1,8 @@
 #include "daemon/serve/batch_assembler.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -8,6 +11,9 @@
 
 namespace shardcache::serve {
 namespace {
+
+// Niceness of reader threads relative to the rest of the daemon (see WorkerLoop).
+constexpr int kReaderNice = 5;
 
 metrics::Counter* ChunksReadCounter() {
   static auto* c = metrics::Registry::Global().GetCounter(
@@ -99,6 +105,10 @@ void BatchAssembler::Submit(std::function<void()> task, bool demand) {
 }
 
 void BatchAssembler::WorkerLoop() {
+  // Readers yield the CPU to the threads that answer trainers (a node with a few cores runs
+  // dozens of readers; a NextBatch answer that waits behind them is time a trainer stalls).
+  // Linux nice is per thread; failure (e.g. a seccomp filter) only costs that preference.
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kReaderNice);
   for (;;) {
     std::function<void()> task;
     {
