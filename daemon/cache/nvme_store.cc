@@ -226,6 +226,16 @@ Status NvmeStore::Recover() {
 // ---------------------------------------------------------------------------------------------
 // Reads
 
+std::optional<std::pair<NvmeStore::Loc, std::shared_ptr<SegmentFile>>> NvmeStore::TouchLocked(uint64_t fp) {
+  auto it = index_.find(fp);
+  if (it == index_.end()) return std::nullopt;
+  auto seg = segments_.find(it->second.segment);
+  if (seg == segments_.end()) return std::nullopt;
+  seg->second.last_tick = ++tick_;
+  seg->second.record_dirty = true;
+  return std::make_pair(it->second, seg->second.file);
+}
+
 std::vector<ChunkPtr> NvmeStore::Lookup(std::span<const NvmeLookup> requests) {
   const auto& m = CacheMetrics::Get();
   std::vector<ChunkPtr> out(requests.size());
@@ -241,13 +251,9 @@ std::vector<ChunkPtr> NvmeStore::Lookup(std::span<const NvmeLookup> requests) {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < requests.size(); ++i) {
       const uint64_t fp = Fingerprint(requests[i].key);
-      auto it = index_.find(fp);
-      if (it == index_.end()) continue;
-      auto seg = segments_.find(it->second.segment);
-      if (seg == segments_.end()) continue;
-      seg->second.last_tick = ++tick_;
-      seg->second.record_dirty = true;
-      jobs.push_back(Job{i, fp, it->second, seg->second.file, AlignedBuffer()});
+      auto found = TouchLocked(fp);
+      if (!found) continue;
+      jobs.push_back(Job{i, fp, found->first, std::move(found->second), AlignedBuffer()});
     }
   }
   if (jobs.empty()) {
@@ -326,17 +332,13 @@ std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
       }
       if (p.offset > p.chunk_length || p.length > p.chunk_length - p.offset) continue;  // caller's bug
       const uint64_t fp = Fingerprint(pieces[i].key);
-      auto it = index_.find(fp);
-      if (it == index_.end()) continue;
-      auto seg = segments_.find(it->second.segment);
-      if (seg == segments_.end()) continue;
-      seg->second.last_tick = ++tick_;
-      seg->second.record_dirty = true;
+      auto found = TouchLocked(fp);
+      if (!found) continue;
       Job j;
       j.index = i;
       j.fp = fp;
-      j.loc = it->second;
-      j.file = seg->second.file;
+      j.loc = found->first;
+      j.file = std::move(found->second);
       jobs.push_back(std::move(j));
     }
   }

@@ -56,9 +56,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "daemon/cache/access_plan.h"
@@ -207,6 +209,9 @@ class NvmeStore {
   std::optional<uint32_t> PickVictimLocked(std::optional<uint64_t> incoming);
   void RemoveFingerprintLocked(uint64_t fp, uint32_t segment);
   void DropFiles(const std::vector<std::shared_ptr<SegmentFile>>& files);
+  // REQUIRES: mu_ held. Where a stored chunk is, with its segment marked as used now (for lru);
+  // nullopt when it is not stored.
+  std::optional<std::pair<Loc, std::shared_ptr<SegmentFile>>> TouchLocked(uint64_t fp);
   // Removes the entry if it still points at `loc`; true when this call removed it.
   bool DropEntry(uint64_t fp, const Loc& loc);
   uint64_t IndexAllowance(uint64_t measured_index_bytes) const;

@@ -28,6 +28,7 @@
 #include "testing/datasets.h"
 #include "testing/process.h"
 #include "testing/temp_dir.h"
+#include "testing/forwarding_source.h"
 
 using namespace shardcache;
 using shardcache::testing::TempDir;
@@ -56,14 +57,9 @@ class ExpectedSamples {
 };
 
 // A source that answers after a random delay, to show that timing never changes a plan.
-class JitterSource final : public ChunkSource {
+class JitterSource final : public testing::ForwardingSource {
  public:
-  JitterSource(ChunkSource& inner, uint32_t seed) : inner_(inner), rng_(seed) {}
-  Result<std::vector<v1::DatasetSummary>> ListDatasets() override { return inner_.ListDatasets(); }
-  Result<DatasetPtr> OpenDataset(const std::string& n) override { return inner_.OpenDataset(n); }
-  Result<std::string> GetSampleIndex(const DatasetPtr& d, uint32_t s) override {
-    return inner_.GetSampleIndex(d, s);
-  }
+  JitterSource(ChunkSource& inner, uint32_t seed) : ForwardingSource(inner), rng_(seed) {}
   Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& o, const ChunkSink& sink) override {
     uint32_t us;
@@ -78,7 +74,6 @@ class JitterSource final : public ChunkSource {
   std::atomic<uint64_t> reads_{0};
 
  private:
-  ChunkSource& inner_;
   std::mutex mu_;
   std::mt19937 rng_;
 };

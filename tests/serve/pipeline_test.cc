@@ -16,6 +16,7 @@
 #include "daemon/upstream/file_source.h"
 #include "testing/datasets.h"
 #include "testing/temp_dir.h"
+#include "testing/forwarding_source.h"
 
 namespace shardcache {
 namespace {
@@ -24,15 +25,10 @@ using serve::LoaderPipeline;
 
 // Sleeps a random 0-2 ms before every read (so assemblies finish out of order) and fails the
 // first `failures` reads that touch chunk `bad_chunk` of shard 0 with Unavailable.
-class FlakySource final : public ChunkSource {
+class FlakySource final : public testing::ForwardingSource {
  public:
   FlakySource(ChunkSource& inner, uint64_t bad_chunk, int failures)
-      : inner_(inner), bad_chunk_(bad_chunk), failures_left_(failures) {}
-  Result<std::vector<v1::DatasetSummary>> ListDatasets() override { return inner_.ListDatasets(); }
-  Result<DatasetPtr> OpenDataset(const std::string& n) override { return inner_.OpenDataset(n); }
-  Result<std::string> GetSampleIndex(const DatasetPtr& d, uint32_t s) override {
-    return inner_.GetSampleIndex(d, s);
-  }
+      : ForwardingSource(inner), bad_chunk_(bad_chunk), failures_left_(failures) {}
   Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& o, const ChunkSink& sink) override {
     uint32_t us;
@@ -50,7 +46,6 @@ class FlakySource final : public ChunkSource {
   std::atomic<int> failed_{0};
 
  private:
-  ChunkSource& inner_;
   const uint64_t bad_chunk_;
   std::atomic<int> failures_left_;
   std::mutex mu_;

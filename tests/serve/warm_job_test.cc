@@ -21,6 +21,7 @@
 #include "shardcache/local.pb.h"
 #include "testing/datasets.h"
 #include "testing/temp_dir.h"
+#include "testing/forwarding_source.h"
 
 using namespace shardcache;
 using shardcache::testing::TempDir;
@@ -28,13 +29,10 @@ using shardcache::testing::TempDir;
 namespace {
 
 // Holds every read until Open() (when `held`), and sleeps `per_chunk` before each chunk.
-class GateSource final : public ChunkSource {
+class GateSource final : public testing::ForwardingSource {
  public:
   GateSource(ChunkSource& inner, bool held, std::chrono::milliseconds per_chunk)
-      : inner_(inner), held_(held), per_chunk_(per_chunk) {}
-  Result<std::vector<v1::DatasetSummary>> ListDatasets() override { return inner_.ListDatasets(); }
-  Result<DatasetPtr> OpenDataset(const std::string& n) override { return inner_.OpenDataset(n); }
-  Result<std::string> GetSampleIndex(const DatasetPtr& d, uint32_t s) override { return inner_.GetSampleIndex(d, s); }
+      : ForwardingSource(inner), held_(held), per_chunk_(per_chunk) {}
   Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count, const ReadOptions& o,
                     const ChunkSink& sink) override {
     priorities_ok_ = priorities_ok_ && o.priority == FetchPriority::kPrefetch;
@@ -59,7 +57,6 @@ class GateSource final : public ChunkSource {
   std::atomic<bool> priorities_ok_{true};
 
  private:
-  ChunkSource& inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool held_;

@@ -17,6 +17,7 @@
 #include "daemon/upstream/grpc_source.h"
 #include "testing/datasets.h"
 #include "testing/temp_dir.h"
+#include "testing/forwarding_source.h"
 
 namespace shardcache::testing {
 
@@ -34,19 +35,14 @@ inline std::string ChunkBytes(const ChunkPtr& c) {
 // Wraps a ChunkSource: counts ReadChunks calls, optionally sleeps before each chunk, and
 // corrupts the first `corrupt_first` deliveries of chunk `corrupt_chunk` (keeping the manifest
 // hash, so only a verifying receiver notices).
-class FaultySource final : public ChunkSource {
+class FaultySource final : public testing::ForwardingSource {
  public:
-  explicit FaultySource(ChunkSource& inner) : inner_(inner) {}
+  explicit FaultySource(ChunkSource& inner) : ForwardingSource(inner) {}
   std::atomic<int> read_calls{0};
   std::atomic<int> delay_ms{0};
   std::atomic<int64_t> corrupt_chunk{-1};
   std::atomic<int> corrupt_first{0};
 
-  Result<std::vector<v1::DatasetSummary>> ListDatasets() override { return inner_.ListDatasets(); }
-  Result<DatasetPtr> OpenDataset(const std::string& n) override { return inner_.OpenDataset(n); }
-  Result<std::string> GetSampleIndex(const DatasetPtr& d, uint32_t s) override {
-    return inner_.GetSampleIndex(d, s);
-  }
   Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& o, const ChunkSink& sink) override {
     read_calls.fetch_add(1);
@@ -65,8 +61,6 @@ class FaultySource final : public ChunkSource {
     });
   }
 
- private:
-  ChunkSource& inner_;
 };
 
 // Root with dataset "recs": 2 shards of 40 x 4 KiB records (160 KiB), 64 KiB chunks, so each
