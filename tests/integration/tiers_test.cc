@@ -23,6 +23,7 @@
 #include "common/fs.h"
 #include "testing/datasets.h"
 #include "testing/process.h"
+#include "integration/daemon_probe.h"
 #include "testing/temp_dir.h"
 
 namespace shardcache::testing {
@@ -30,39 +31,6 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-std::string Bin(const std::string& name) {
-  if (const char* dir = std::getenv("SHARDCACHE_BIN_DIR"); dir && *dir) return std::string(dir) + "/" + name;
-  return BinPath(name);
-}
-
-std::string Log(const std::string& path) {
-  auto t = ReadFileToString(path);
-  return t.ok() ? t->substr(t->size() > 3000 ? t->size() - 3000 : 0) : "";
-}
-
-// Sum of every sample of metric `name` (with or without labels) on 127.0.0.1:port/metrics;
-// -1 when the endpoint does not answer.
-double Metric(int port, const std::string& name) {
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(10s);
-  auto res = cli.Get("/metrics");
-  if (!res || res->status != 200) return -1;
-  double sum = 0;
-  size_t pos = 0;
-  const std::string& body = res->body;
-  while (pos < body.size()) {
-    size_t end = body.find('\n', pos);
-    if (end == std::string::npos) end = body.size();
-    const std::string line = body.substr(pos, end - pos);
-    pos = end + 1;
-    if (line.rfind(name, 0) != 0) continue;
-    const char next = line.size() > name.size() ? line[name.size()] : '\0';
-    if (next != ' ' && next != '{') continue;
-    sum += std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
-  }
-  return sum;
-}
 
 bool Ready(int metrics_port) {
   httplib::Client cli("127.0.0.1", metrics_port);
@@ -98,7 +66,7 @@ struct Daemon {
     proc = std::make_unique<Process>(std::vector<std::string>{Bin("shardcached"), "--config", config}, log);
     const auto end = std::chrono::steady_clock::now() + 30s;
     while (!Ready(metrics_port)) {
-      INFO(name << " log:\n" << Log(log));
+      INFO(name << " log:\n" << LogTail(log));
       REQUIRE(proc->Running());
       REQUIRE(std::chrono::steady_clock::now() < end);
       std::this_thread::sleep_for(20ms);
@@ -160,7 +128,7 @@ TEST_CASE("a dataset read twice through origin → middle tier → node arrives 
     const std::string out = dir / ("out" + std::to_string(pass));
     std::string output;
     const int rc = FetchAll(node.Url(), "recs", out, &output);
-    INFO(output << "\nnode log:\n" << Log(node.log) << "\nmiddle log:\n" << Log(middle.log));
+    INFO(output << "\nnode log:\n" << LogTail(node.log) << "\nmiddle log:\n" << LogTail(middle.log));
     REQUIRE(rc == 0);
     RequireSameShards(root + "/recs", out);
     // Each chunk crossed origin → middle exactly once, also after the second pass.
@@ -193,7 +161,7 @@ void KillDuringFillAndVerify(Daemon& node, const std::string& root, const TempDi
   const std::string out = dir / ("read" + std::to_string(round));
   std::string output;
   const int rc = FetchAll(node.Url(), "recs", out, &output);
-  INFO(output << "\nnode log:\n" << Log(node.log));
+  INFO(output << "\nnode log:\n" << LogTail(node.log));
   REQUIRE(rc == 0);  // shardctl fetch verifies each chunk's hash against the manifest
   RequireSameShards(root + "/recs", out);
   CHECK(ApparentBytes(node.cache_dir) <= node.cache_bytes);

@@ -28,6 +28,7 @@
 #include "common/fs.h"
 #include "testing/datasets.h"
 #include "testing/process.h"
+#include "integration/daemon_probe.h"
 #include "testing/temp_dir.h"
 
 namespace shardcache::testing {
@@ -36,16 +37,6 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-std::string Bin(const std::string& name) {
-  if (const char* dir = std::getenv("SHARDCACHE_BIN_DIR"); dir && *dir) return std::string(dir) + "/" + name;
-  return BinPath(name);
-}
-
-std::string Tail(const std::string& path) {
-  auto t = ReadFileToString(path);
-  return t.ok() ? t->substr(t->size() > 4000 ? t->size() - 4000 : 0) : "";
-}
-
 nlohmann::json Status(int metrics_port) {
   httplib::Client cli("127.0.0.1", metrics_port);
   cli.set_read_timeout(10s);
@@ -53,23 +44,6 @@ nlohmann::json Status(int metrics_port) {
   if (!res || res->status != 200) return nlohmann::json::object();
   auto j = nlohmann::json::parse(res->body, nullptr, false);
   return j.is_object() ? j : nlohmann::json::object();
-}
-
-// Sum of every sample of metric `name` on /metrics; -1 when the endpoint does not answer.
-double Metric(int port, const std::string& name) {
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(10s);
-  auto res = cli.Get("/metrics");
-  if (!res || res->status != 200) return -1;
-  double sum = 0;
-  std::istringstream in(res->body);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name, 0) != 0) continue;
-    const char next = line.size() > name.size() ? line[name.size()] : '\0';
-    if (next != ' ' && next != '{') continue;
-    sum += std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
-  }
-  return sum;
 }
 
 uint64_t NvmeEntries(const nlohmann::json& st) {
@@ -156,7 +130,7 @@ struct Node {
 TEST_CASE("shardctl warm --socket fills the running daemon's cache; reading again fetches nothing upstream",
           "[integration][warm]") {
   Node node;
-  INFO("node log:\n" << Tail(node.log));
+  INFO("node log:\n" << LogTail(node.log));
   const std::string fetched_chunks = "shardcache_cache_upstream_fetched_chunks_total";
   REQUIRE(NvmeEntries(Status(node.metrics_port)) == 0);
 
@@ -216,7 +190,7 @@ TEST_CASE("shardctl warm --socket fills the running daemon's cache; reading agai
 
 TEST_CASE("shardctl warm --socket names the dataset and what failed", "[integration][warm]") {
   Node node;
-  INFO("node log:\n" << Tail(node.log));
+  INFO("node log:\n" << LogTail(node.log));
   std::string out;
 
   SECTION("an unknown dataset") {

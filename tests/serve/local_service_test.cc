@@ -27,10 +27,12 @@
 #include "shardcache/client.h"
 #include "testing/datasets.h"
 #include "testing/process.h"
+#include "testing/eventually.h"
 #include "testing/temp_dir.h"
 #include "testing/forwarding_source.h"
 
 using namespace shardcache;
+using shardcache::testing::Eventually;
 using shardcache::testing::TempDir;
 
 namespace {
@@ -164,16 +166,6 @@ std::set<std::string> DevShm() {
   return names;
 }
 
-template <typename Pred>
-bool Eventually(Pred p, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (p()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return p();
-}
-
 }  // namespace
 
 TEST_CASE("batches are byte-exact and every sample comes once per epoch across ranks",
@@ -226,14 +218,11 @@ TEST_CASE("batches are byte-exact and every sample comes once per epoch across r
     CHECK(text.find("dataset=\"" + f.records->name + "\",rank=\"2\"}") != std::string::npos);
     CHECK(text.find("shardcache_loader_stall_microseconds_total{loader=") != std::string::npos);
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (metrics::Registry::Global().RenderPrometheus().find("shardcache_loader_batches_total{") !=
-             std::string::npos &&
-         std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  CHECK(Eventually([] {
+    return metrics::Registry::Global().RenderPrometheus().find("shardcache_loader_batches_total{") ==
+           std::string::npos;
+  }));
   const std::string text = metrics::Registry::Global().RenderPrometheus();
-  CHECK(text.find("shardcache_loader_batches_total{") == std::string::npos);
   CHECK(metrics::Registry::Global().ValueOf("shardcache_serve_batches_total") > 0);
   CHECK(text.find("shardcache_serve_batch_assembly_seconds_count") != std::string::npos);
 }

@@ -20,10 +20,12 @@
 #include "daemon/upstream/file_source.h"
 #include "shardcache/local.pb.h"
 #include "testing/datasets.h"
+#include "testing/eventually.h"
 #include "testing/temp_dir.h"
 #include "testing/forwarding_source.h"
 
 using namespace shardcache;
+using shardcache::testing::Eventually;
 using shardcache::testing::TempDir;
 
 namespace {
@@ -141,16 +143,6 @@ struct WarmFixture {
     return o;
   }
 };
-
-template <typename Pred>
-bool Eventually(Pred p, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (p()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return p();
-}
 
 }  // namespace
 
