@@ -261,23 +261,4 @@ void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t>
   }
 }
 
-Status BatchAssembler::Assemble(SampleLocator& locator, std::span<const uint64_t> ids,
-                                uint8_t* dest, uint64_t dest_bytes, AssembledBatch* out) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
-  Status result;
-  AssembleAsync(locator, std::vector<uint64_t>(ids.begin(), ids.end()), dest, dest_bytes,
-                [&](Status s, AssembledBatch batch) {
-                  std::lock_guard<std::mutex> l(mu);
-                  result = std::move(s);
-                  *out = std::move(batch);
-                  finished = true;
-                  cv.notify_all();
-                });
-  std::unique_lock<std::mutex> l(mu);
-  cv.wait(l, [&] { return finished; });
-  return result;
-}
-
 }  // namespace shardcache::serve

@@ -16,8 +16,8 @@
 //   It also runs fire-and-forget warm reads (prefetch priority, ranges of chunks) for the
 //   prefetcher, at most `max_warm_inflight` at a time.
 //
-// Thread safety: SampleLocator and BatchAssembler are safe for concurrent use. Assemble()
-// blocks the caller until the batch is complete or failed.
+// Thread safety: SampleLocator and BatchAssembler are safe for concurrent use; AssembleAsync()
+// returns at once.
 #pragma once
 
 #include <condition_variable>
@@ -98,13 +98,11 @@ class BatchAssembler {
 
   ChunkSource& source() { return source_; }
 
-  // Assembles `ids` into [dest, dest + dest_bytes). ResourceExhausted (naming the sizes) when
-  // the payload does not fit; the source's error when a chunk cannot be read.
-  Status Assemble(SampleLocator& locator, std::span<const uint64_t> ids, uint8_t* dest,
-                  uint64_t dest_bytes, AssembledBatch* out);
-  // The same without waiting: `done` runs exactly once with the outcome — on a pool thread,
-  // or on the caller when the batch fails before any read (a sample cannot be located, the
-  // slot is too small). `locator` is used only during the call.
+  // Starts assembling `ids` into [dest, dest + dest_bytes); `done` runs exactly once with the
+  // outcome — on a pool thread, or on the caller when the batch fails before any read (a sample
+  // cannot be located: the locator's error; the payload does not fit: ResourceExhausted naming
+  // the sizes). A chunk that cannot be read: the source's error. `locator` is used only during
+  // the call.
   using AssembleDone = std::function<void(Status, AssembledBatch)>;
   void AssembleAsync(SampleLocator& locator, std::vector<uint64_t> ids, uint8_t* dest,
                      uint64_t dest_bytes, AssembleDone done);
