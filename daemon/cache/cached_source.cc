@@ -316,9 +316,7 @@ Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
     SC_RETURN_IF_ERROR(CheckPiece(dataset, shard, p, length));
     if (p.length == 0) continue;  // nothing to read, nothing to count
     const ChunkKey key{vid, shard, p.chunk};
-    ChunkPtr c = dram_.Get(key);
-    if (!c && store_) c = store_->Pending(key);
-    if (c) {
+    if (ChunkPtr c = InMemory(key)) {
       std::memcpy(p.dest, c->bytes.data() + p.offset, p.length);
       Account(Tier::kDram, p.length);
       if (demand) plan_.OnDemandRead(key);
@@ -346,15 +344,56 @@ Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
   return ChunkSource::ReadPieces(dataset, shard, missing, options);
 }
 
+ChunkPtr CachedSource::InMemory(const ChunkKey& key) {
+  ChunkPtr c = dram_.Get(key);
+  if (!c && store_) c = store_->Pending(key);
+  return c;
+}
+
+bool CachedSource::Held(const ChunkKey& key) const {
+  // Pending before Contains: the writer publishes the entry before it leaves the queue.
+  return dram_.Contains(key) || (store_ && (store_->Pending(key) || store_->Contains(key)));
+}
+
+bool CachedSource::ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shard,
+                                        std::span<const ChunkPiece> pieces, FetchPriority priority) {
+  const auto& manifest = dataset->manifest;
+  const Hash128 vid = VersionId(dataset->version);
+  std::vector<ChunkPtr> chunks(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ChunkPiece& p = pieces[i];
+    if (!CheckChunkRange(dataset, shard, p.chunk, 1).ok() ||
+        !CheckPiece(dataset, shard, p, dataset::ChunkLength(manifest, shard, p.chunk)).ok()) {
+      return false;
+    }
+    if (p.length == 0) continue;
+    chunks[i] = InMemory(ChunkKey{vid, shard, p.chunk});
+    if (!chunks[i]) return false;
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ChunkPiece& p = pieces[i];
+    if (p.length == 0) continue;
+    std::memcpy(p.dest, chunks[i]->bytes.data() + p.offset, p.length);
+    Account(Tier::kDram, p.length);
+    if (priority == FetchPriority::kDemand) plan_.OnDemandRead(ChunkKey{vid, shard, p.chunk});
+  }
+  return true;
+}
+
+bool CachedSource::Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count) {
+  if (!CheckChunkRange(dataset, shard, first, count).ok()) return false;
+  const Hash128 vid = VersionId(dataset->version);
+  for (uint64_t c = first; c < first + count; ++c) {
+    if (!Held(ChunkKey{vid, shard, c})) return false;
+  }
+  return true;
+}
+
 Status CachedSource::Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                               const ReadOptions& options) {
   SC_RETURN_IF_ERROR(CheckChunkRange(dataset, shard, first, count));
   const Hash128 vid = VersionId(dataset->version);
-  auto held = [&](uint64_t c) {
-    const ChunkKey key{vid, shard, c};
-    // Pending before Contains: the writer publishes the entry before it leaves the queue.
-    return dram_.Contains(key) || (store_ && (store_->Pending(key) || store_->Contains(key)));
-  };
+  auto held = [&](uint64_t c) { return Held(ChunkKey{vid, shard, c}); };
   const uint64_t end = first + count;
   for (uint64_t c = first; c < end;) {
     while (c < end && held(c)) ++c;

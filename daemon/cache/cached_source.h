@@ -80,6 +80,10 @@ class CachedSource final : public ChunkSource {
   // Fetches only the chunks no tier holds (no disk read for the rest).
   Status Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                   const ReadOptions& options) override;
+  // DRAM and the NVMe write queue only; Holds also counts chunks stored on NVMe.
+  bool ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shard,
+                            std::span<const ChunkPiece> pieces, FetchPriority priority) override;
+  bool Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count) override;
 
   // Run-time changes (SIGHUP). Shrinking evicts at once while serving. Changing the NVMe size
   // of a cache opened with size 0 is not possible (FailedPrecondition): that needs a restart.
@@ -106,6 +110,10 @@ class CachedSource final : public ChunkSource {
   CachedSource(const CacheOptions& options, std::unique_ptr<ChunkSource> upstream);
   // DRAM → write queue → NVMe for one chunk; nullptr on a miss.
   ChunkPtr FindCached(const ChunkKey& key, uint64_t length, const Hash128& hash, Tier* tier);
+  // The chunk in DRAM or in the NVMe write queue; nullptr otherwise.
+  ChunkPtr InMemory(const ChunkKey& key);
+  // Some tier holds the chunk (no LRU refresh, no I/O).
+  bool Held(const ChunkKey& key) const;
   void Account(Tier tier, uint64_t bytes);
   void RememberVersion(const std::string& name, const std::string& version);
 

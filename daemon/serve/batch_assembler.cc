@@ -131,6 +131,9 @@ void BatchAssembler::WorkerLoop() {
 
 bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                              std::function<bool()> still_wanted) {
+  // Chunks some tier holds need no warm read, and no reader thread: handing them over would
+  // cost two context switches for nothing.
+  if (source_.Holds(dataset, shard, first, count)) return true;
   {
     std::lock_guard<std::mutex> l(mu_);
     const uint32_t cap = std::min(options_.max_warm_inflight,
@@ -242,9 +245,25 @@ void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t>
   job->options.priority = FetchPriority::kDemand;
   job->options.deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.read_timeout_ms);
-  job->pending = job->runs.size();
-  // The runs are read in parallel on the pool; the last one to finish reports the batch.
+  // Runs whose chunks are all in memory are copied right here: the copy costs less than the
+  // two context switches of a handoff to a reader thread, and a warm cache serves every batch
+  // this way. The rest are read in parallel on the pool; the last one to finish reports the
+  // batch.
+  std::vector<size_t> to_read;
   for (size_t i = 0; i < job->runs.size(); ++i) {
+    const PieceRun& r = job->runs[i];
+    if (source_.ReadPiecesFromMemory(job->dataset, r.shard, r.pieces, FetchPriority::kDemand)) {
+      ChunksReadCounter()->Add(r.count);
+    } else {
+      to_read.push_back(i);
+    }
+  }
+  if (to_read.empty()) {
+    job->done(Status::Ok(), std::move(job->out));
+    return;
+  }
+  job->pending = to_read.size();
+  for (size_t i : to_read) {
     Submit(
         [this, job, i] {
           const PieceRun& r = job->runs[i];

@@ -17,7 +17,7 @@
 //   prefetcher, at most `max_warm_inflight` at a time.
 //
 // Thread safety: SampleLocator and BatchAssembler are safe for concurrent use; AssembleAsync()
-// returns at once.
+// never waits for I/O (a batch whose chunks are all in memory is copied on the caller's thread).
 #pragma once
 
 #include <condition_variable>
@@ -99,17 +99,19 @@ class BatchAssembler {
   ChunkSource& source() { return source_; }
 
   // Starts assembling `ids` into [dest, dest + dest_bytes); `done` runs exactly once with the
-  // outcome — on a pool thread, or on the caller when the batch fails before any read (a sample
-  // cannot be located: the locator's error; the payload does not fit: ResourceExhausted naming
-  // the sizes). A chunk that cannot be read: the source's error. `locator` is used only during
-  // the call.
+  // outcome — on a pool thread, or on the caller before AssembleAsync returns when no read
+  // needs the pool: every chunk is in memory (ChunkSource::ReadPiecesFromMemory; the batch is
+  // copied right there), or the batch fails before any read (a sample cannot be located: the
+  // locator's error; the payload does not fit: ResourceExhausted naming the sizes). A chunk
+  // that cannot be read: the source's error. `locator` is used only during the call.
   using AssembleDone = std::function<void(Status, AssembledBatch)>;
   void AssembleAsync(SampleLocator& locator, std::vector<uint64_t> ids, uint8_t* dest,
                      uint64_t dest_bytes, AssembleDone done);
 
   // Queues a prefetch-priority ChunkSource::Prefetch of chunks [first, first + count) of
   // `shard` (it warms the cache tiers below; a cache fetches only what it lacks, as one
-  // upstream range). Returns false without queueing when max_warm_inflight are in flight.
+  // upstream range). True without queueing when the source already holds them all
+  // (ChunkSource::Holds); false without queueing when max_warm_inflight are in flight.
   // `still_wanted` is asked when the read is about to start; false drops it.
   bool TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                std::function<bool()> still_wanted = {});

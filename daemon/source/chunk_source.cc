@@ -52,6 +52,13 @@ Status ChunkSource::Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_t
                     [](uint64_t, const ChunkPtr&) { return Status::Ok(); });
 }
 
+bool ChunkSource::ReadPiecesFromMemory(const DatasetPtr&, uint32_t, std::span<const ChunkPiece>,
+                                       FetchPriority) {
+  return false;
+}
+
+bool ChunkSource::Holds(const DatasetPtr&, uint32_t, uint64_t, uint64_t) { return false; }
+
 Status CheckPiece(const DatasetPtr& dataset, uint32_t shard, const ChunkPiece& piece, uint64_t chunk_length) {
   if (piece.offset > chunk_length || piece.length > chunk_length - piece.offset) {
     return InvalidArgument("bytes [" + std::to_string(piece.offset) + ", " +

@@ -91,6 +91,18 @@ class ChunkSource {
   virtual Status Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                           const ReadOptions& options);
 
+  // Non-blocking shortcuts for callers that would otherwise hand the work to another thread
+  // (batch assembly): neither ever waits for a disk or the network.
+  //
+  // ReadPiecesFromMemory copies the pieces as ReadPieces would, but only when every one of
+  // them is in memory right now (a cache's DRAM tier): true when it copied them all; false,
+  // having copied nothing, otherwise (also for an invalid piece: ReadPieces reports that).
+  // Holds is true when every chunk of [first, first + count) is held by a tier at or below this
+  // source, so a Prefetch would have nothing to do. The defaults hold nothing.
+  virtual bool ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shard,
+                                    std::span<const ChunkPiece> pieces, FetchPriority priority);
+  virtual bool Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count);
+
   // Convenience: one chunk.
   Result<ChunkPtr> ReadChunk(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk,
                              const ReadOptions& options);
