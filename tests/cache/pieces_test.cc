@@ -1,9 +1,11 @@
 // Tests of sub-chunk reads: NvmeStore::ReadPieces (only the covered 64 KiB blocks and one
 // block-table page are read, verified block by block; whole chunks against the manifest hash),
-// CachedSource::ReadPieces and Prefetch across the tiers, and the ChunkSource::ReadPieces
-// default. Every piece is compared byte for byte with the bytes it was cut from, and the bytes
-// around each destination must stay untouched. Corruption is injected by flipping bytes in the
-// segment files at the extent offsets the RocksDB index reports.
+// CachedSource::ReadPieces and Prefetch across the tiers, the non-blocking
+// CachedSource::ReadPiecesFromMemory (DRAM and write queue only; all or nothing) and Holds (no
+// I/O), and the ChunkSource::ReadPieces default. Every piece is compared byte for byte with the
+// bytes it was cut from, and the bytes around each destination must stay untouched. Corruption
+// is injected by flipping bytes in the segment files at the extent offsets the RocksDB index
+// reports.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -1032,6 +1034,268 @@ TEST_CASE("cached prefetch: fetches only what no tier holds, and reads nothing i
   SECTION("a range outside the shard is InvalidArgument") {
     CHECK(f.cache->Prefetch(ds, 0, 6, 3, ReadOptions()).code() == StatusCode::kInvalidArgument);
     CHECK(f.upstream->calls.load() == 0);
+  }
+}
+
+// =============================================================================================
+// CachedSource::ReadPiecesFromMemory and Holds (the non-blocking shortcuts of batch assembly)
+
+namespace {
+
+// Answer of one ReadPiecesFromMemory call over a list of asks (chunk indexes of shard 0).
+struct MemoryRead {
+  bool copied = false;
+  std::string wrong;          // asks copied with wrong bytes, one per line (when copied)
+  uint64_t dest_written = 0;  // destination bytes that no longer hold kGuard (when not copied)
+  uint64_t guard_damage = 0;  // bytes outside every destination that were written
+};
+
+MemoryRead ReadFromMemory(ChunkSource& source, const CacheFixture& f, const std::vector<Ask>& asks,
+                          FetchPriority priority) {
+  Slots slots(asks);
+  std::vector<ChunkPiece> pieces;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    pieces.push_back(ChunkPiece{asks[i].chunk, asks[i].offset, asks[i].length, slots.dest(i)});
+  }
+  MemoryRead out;
+  out.copied = source.ReadPiecesFromMemory(f.dataset, 0, pieces, priority);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    const Ask& a = asks[i];
+    const uint8_t* d = slots.dest(i);
+    if (out.copied) {
+      if (std::memcmp(d, f.Expected(a.chunk)->bytes.data() + a.offset, a.length) != 0) out.wrong += Describe(a) + "\n";
+    } else {
+      out.dest_written += static_cast<uint64_t>(std::count_if(d, d + a.length, [](uint8_t b) { return b != kGuard; }));
+    }
+  }
+  out.guard_damage = slots.GuardDamage();
+  return out;
+}
+
+// The counters a call that serves nothing and fetches nothing must leave alone.
+void CheckNothingServed(const CacheStats& before, const CacheStats& after) {
+  CHECK(after.hits_dram == before.hits_dram);
+  CHECK(after.hits_nvme == before.hits_nvme);
+  CHECK(after.misses == before.misses);
+  CHECK(after.served_dram_bytes == before.served_dram_bytes);
+  CHECK(after.served_nvme_bytes == before.served_nvme_bytes);
+  CHECK(after.served_upstream_bytes == before.served_upstream_bytes);
+  CHECK(after.upstream_calls == before.upstream_calls);
+  CHECK(after.nvme.hits == before.nvme.hits);      // no NVMe read
+  CHECK(after.nvme.misses == before.nvme.misses);  // not even an attempted one
+}
+
+// Room for one chunk of the pieces dataset (1 MiB + 4321 bytes) in DRAM, not two.
+constexpr uint64_t kOneChunkOfDram = (3ull << 20) / 2;
+
+}  // namespace
+
+TEST_CASE("cached pieces from memory: pieces of chunks in DRAM are copied exact, counted as DRAM hits, "
+          "without the upstream or NVMe",
+          "[cache][source][pieces][memory]") {
+  TempDir dir;
+  auto o = SmallCacheOptions(dir / "cache");
+  o.memory_bytes = 64ull << 20;
+  CacheFixture f(o);
+  REQUIRE(f.cache->Prefetch(f.dataset, 0, 1, 2, ReadOptions()).ok());
+  REQUIRE(f.cache->Prefetch(f.dataset, 0, 6, 1, ReadOptions()).ok());
+  f.cache->Flush();  // nothing left in the write queue: DRAM alone answers
+  REQUIRE(f.cache->Stats().dram_entries == 3);
+  const uint64_t calls = f.upstream->calls.load();
+  // Planned order 1, 2, 6: demand reads of all three move the clock to 3.
+  const std::vector<ChunkRef> order = {{0, 1}, {0, 2}, {0, 6}};
+  f.cache->SetFutureAccessOrder(f.dataset->version, 0, order);
+  REQUIRE(f.cache->access_plan().Now(f.dataset->version) == 0);
+  std::mt19937_64 rng(41);
+  const std::vector<Ask> asks = DatasetAsks(f, {1, 2, 6}, 5, rng);
+
+  // Prefetch priority: served and counted, but the plan's clock stays put.
+  auto before = f.cache->Stats();
+  MemoryRead r = ReadFromMemory(*f.cache, f, asks, FetchPriority::kPrefetch);
+  REQUIRE(r.copied);
+  CHECK(r.wrong == "");
+  CHECK(r.guard_damage == 0);
+  auto after = f.cache->Stats();
+  CHECK(after.hits_dram - before.hits_dram == asks.size());
+  CHECK(after.served_dram_bytes - before.served_dram_bytes == SumLengths(asks));
+  CHECK(f.cache->access_plan().Now(f.dataset->version) == 0);
+
+  // Demand priority: the same, and the reads advance the clock.
+  before = after;
+  r = ReadFromMemory(*f.cache, f, asks, FetchPriority::kDemand);
+  REQUIRE(r.copied);
+  CHECK(r.wrong == "");
+  CHECK(r.guard_damage == 0);
+  after = f.cache->Stats();
+  CHECK(after.hits_dram - before.hits_dram == asks.size());
+  CHECK(after.served_dram_bytes - before.served_dram_bytes == SumLengths(asks));
+  CHECK(f.cache->access_plan().Now(f.dataset->version) == 3);
+
+  // Neither call went below DRAM.
+  CHECK(f.upstream->calls.load() == calls);
+  CHECK(after.hits_nvme == before.hits_nvme);
+  CHECK(after.misses == before.misses);
+  CHECK(after.served_upstream_bytes == before.served_upstream_bytes);
+  CHECK(after.nvme.hits == before.nvme.hits);
+  CHECK(after.nvme.misses == before.nvme.misses);
+}
+
+TEST_CASE("cached pieces from memory: when one piece's chunk is not in memory, nothing is copied, counted, "
+          "read or fetched",
+          "[cache][source][pieces][memory]") {
+  TempDir dir;
+  auto o = SmallCacheOptions(dir / "cache");
+  o.memory_bytes = kOneChunkOfDram;
+  CacheFixture f(o);
+  // Chunk 1, then chunk 2: chunk 2 pushes chunk 1 out of DRAM; both are stored on NVMe.
+  REQUIRE(f.cache->Prefetch(f.dataset, 0, 1, 1, ReadOptions()).ok());
+  REQUIRE(f.cache->Prefetch(f.dataset, 0, 2, 1, ReadOptions()).ok());
+  f.cache->Flush();
+  REQUIRE(f.cache->Stats().dram_entries == 1);
+  REQUIRE(f.cache->Stats().nvme.entries == 2);
+  const uint64_t calls = f.upstream->calls.load();
+  const std::vector<ChunkRef> order = {{0, 1}, {0, 2}, {0, 5}};
+  f.cache->SetFutureAccessOrder(f.dataset->version, 0, order);
+  const uint64_t len2 = f.Length(2);
+  // The in-DRAM chunk's pieces come first: a copy made before the miss is found would show.
+  const std::vector<Ask> in_dram = {{2, 100, 5000, 0}, {2, len2 - 10, 10, 1}, {2, 0, len2, 0}};
+
+  SECTION("a chunk that is only on NVMe") {
+    std::vector<Ask> asks = in_dram;
+    asks.push_back({1, 0, 1000, 3});
+    asks.push_back({2, 7000, 20, 0});
+    const auto before = f.cache->Stats();
+    const MemoryRead r = ReadFromMemory(*f.cache, f, asks, FetchPriority::kDemand);
+    CHECK_FALSE(r.copied);
+    CHECK(r.dest_written == 0);
+    CHECK(r.guard_damage == 0);
+    const auto after = f.cache->Stats();
+    CheckNothingServed(before, after);
+    CHECK(after.dram_entries == 1);  // chunk 1 was not brought back into DRAM
+    CHECK(f.cache->access_plan().Now(f.dataset->version) == 0);
+  }
+
+  SECTION("a chunk no tier holds") {
+    std::vector<Ask> asks = in_dram;
+    asks.push_back({5, 10, 100, 0});
+    const auto before = f.cache->Stats();
+    const MemoryRead r = ReadFromMemory(*f.cache, f, asks, FetchPriority::kDemand);
+    CHECK_FALSE(r.copied);
+    CHECK(r.dest_written == 0);
+    CHECK(r.guard_damage == 0);
+    CheckNothingServed(before, f.cache->Stats());
+    CHECK(f.upstream->FetchCount(0, 5) == 0);
+    CHECK(f.cache->access_plan().Now(f.dataset->version) == 0);
+  }
+
+  // The refusal was the missing chunk's doing: chunk 2 alone is served from DRAM.
+  const MemoryRead alone = ReadFromMemory(*f.cache, f, in_dram, FetchPriority::kDemand);
+  CHECK(alone.copied);
+  CHECK(alone.wrong == "");
+  CHECK(f.upstream->calls.load() == calls);
+}
+
+TEST_CASE("cached pieces from memory: an invalid piece is refused without a copy, a fetch or a crash",
+          "[cache][source][pieces][memory]") {
+  TempDir dir;
+  auto o = SmallCacheOptions(dir / "cache");
+  o.memory_bytes = 64ull << 20;
+  CacheFixture f(o);
+  REQUIRE(f.cache->Prefetch(f.dataset, 0, 0, 8, ReadOptions()).ok());
+  f.cache->Flush();
+  REQUIRE(f.cache->Stats().dram_entries == 8);
+  const uint64_t calls = f.upstream->calls.load();
+  const uint64_t len1 = f.Length(1);
+  const uint64_t len7 = f.Length(7);
+  std::vector<uint8_t> buf(4096, kGuard);
+  uint8_t* b = buf.data();
+  // A valid piece of an in-DRAM chunk first, then the bad one.
+  const ChunkPiece good{1, 0, 10, b};
+  const std::vector<std::pair<std::string, std::vector<ChunkPiece>>> cases = {
+      {"runs past the end of its chunk", {good, {7, len7 - 5, 10, b + 100}}},
+      {"starts at the end of its chunk", {good, {1, len1, 1, b + 100}}},
+      {"longer than its chunk", {good, {1, 0, len1 + 1, b + 100}}},
+      {"offset + length wraps around", {good, {1, UINT64_MAX - 5, 10, b + 100}}},
+      {"length wraps around", {good, {1, 10, UINT64_MAX - 5, b + 100}}},
+      {"a chunk beyond the shard (chunks 0..7)", {good, {8, 0, 1, b + 100}}},
+      {"a chunk far beyond the shard", {good, {UINT64_MAX, 0, 1, b + 100}}},
+  };
+  const auto before = f.cache->Stats();
+  for (const auto& [what, pieces] : cases) {
+    INFO(what);
+    CHECK_FALSE(f.cache->ReadPiecesFromMemory(f.dataset, 0, pieces, FetchPriority::kDemand));
+    CHECK(std::all_of(buf.begin(), buf.end(), [](uint8_t x) { return x == kGuard; }));
+  }
+  {
+    INFO("a shard the dataset does not have");
+    const std::vector<ChunkPiece> pieces = {{0, 0, 10, b}};
+    CHECK_FALSE(f.cache->ReadPiecesFromMemory(f.dataset, 1, pieces, FetchPriority::kDemand));
+    CHECK(std::all_of(buf.begin(), buf.end(), [](uint8_t x) { return x == kGuard; }));
+  }
+  CheckNothingServed(before, f.cache->Stats());
+  CHECK(f.upstream->calls.load() == calls);
+  // The chunks were there: the good piece alone is copied.
+  const std::vector<ChunkPiece> just_good = {good};
+  CHECK(f.cache->ReadPiecesFromMemory(f.dataset, 0, just_good, FetchPriority::kDemand));
+  CHECK(std::memcmp(b, f.Expected(1)->bytes.data(), 10) == 0);
+}
+
+TEST_CASE("cached holds: true only when some tier holds every chunk of the range; never fetches or reads",
+          "[cache][source][holds]") {
+  TempDir dir;
+  auto check_ranges = [](CacheFixture& f, const std::vector<std::pair<uint64_t, uint64_t>>& held,
+                                const std::vector<std::pair<uint64_t, uint64_t>>& not_held) {
+    const uint64_t calls = f.upstream->calls.load();
+    const auto before = f.cache->Stats();
+    for (const auto& [first, count] : held) {
+      INFO("chunks [" << first << ", " << first + count << ")");
+      CHECK(f.cache->Holds(f.dataset, 0, first, count));
+    }
+    for (const auto& [first, count] : not_held) {
+      INFO("chunks [" << first << ", " << first + count << ")");
+      CHECK_FALSE(f.cache->Holds(f.dataset, 0, first, count));
+    }
+    CheckNothingServed(before, f.cache->Stats());
+    CHECK(f.upstream->calls.load() == calls);
+  };
+
+  SECTION("chunks stored on NVMe only (no DRAM tier)") {
+    CacheFixture f(SmallCacheOptions(dir / "cache"));  // memory_bytes = 0
+    REQUIRE(f.cache->Prefetch(f.dataset, 0, 1, 2, ReadOptions()).ok());
+    REQUIRE(f.cache->Prefetch(f.dataset, 0, 5, 1, ReadOptions()).ok());
+    f.cache->Flush();
+    REQUIRE(f.cache->Stats().dram_entries == 0);
+    REQUIRE(f.cache->Stats().nvme.entries == 3);
+    check_ranges(f, {{1, 2}, {1, 1}, {2, 1}, {5, 1}},
+                 {{0, 1}, {0, 3}, {1, 3}, {2, 4}, {4, 2}, {0, 8}, {7, 1}});
+    // After a restart, the recovered index still counts.
+    f.Open(SmallCacheOptions(dir / "cache"));
+    check_ranges(f, {{1, 2}, {5, 1}}, {{0, 3}, {3, 1}});
+  }
+
+  SECTION("chunks in DRAM (no NVMe tier), and DRAM evictions") {
+    CacheOptions o;
+    o.size_bytes = 0;
+    o.memory_bytes = 64ull << 20;
+    CacheFixture f(o);
+    REQUIRE(f.cache->Prefetch(f.dataset, 0, 2, 3, ReadOptions()).ok());
+    check_ranges(f, {{2, 3}, {3, 1}, {4, 1}}, {{1, 2}, {4, 2}, {0, 8}});
+    // Room for one chunk: chunk 3 pushes chunk 2 out.
+    o.memory_bytes = kOneChunkOfDram;
+    f.Open(o);
+    REQUIRE(f.cache->Prefetch(f.dataset, 0, 2, 1, ReadOptions()).ok());
+    REQUIRE(f.cache->Prefetch(f.dataset, 0, 3, 1, ReadOptions()).ok());
+    check_ranges(f, {{3, 1}}, {{2, 1}, {2, 2}});
+  }
+
+  SECTION("a range outside the shard is not held, even when the shard is all cached") {
+    CacheFixture f(SmallCacheOptions(dir / "cache"));
+    REQUIRE(f.cache->Prefetch(f.dataset, 0, 0, 8, ReadOptions()).ok());
+    f.cache->Flush();
+    check_ranges(f, {{0, 8}}, {{6, 3}, {8, 1}, {0, 9}, {1, UINT64_MAX}, {UINT64_MAX, 2}});
+    const uint64_t calls = f.upstream->calls.load();
+    CHECK_FALSE(f.cache->Holds(f.dataset, 1, 0, 1));  // the dataset has one shard
+    CHECK(f.upstream->calls.load() == calls);
   }
 }
 
