@@ -4,9 +4,21 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 namespace shardcache::serve {
+namespace {
+
+// Create faults in this much of the arena: the same stretch (kPrefaultStep) of every slot,
+// then the next one. 64 MiB is the first 4 MiB of 16 slots.
+constexpr uint64_t kPrefaultBytes = 64 << 20;
+constexpr uint64_t kPrefaultStep = 256 << 10;
+
+}  // namespace
 
 Result<std::unique_ptr<Arena>> Arena::Create(uint64_t arena_bytes, uint32_t slot_count) {
   if (slot_count == 0) return InvalidArgument("arena slot count must be at least 1");
@@ -32,7 +44,25 @@ Result<std::unique_ptr<Arena>> Arena::Create(uint64_t arena_bytes, uint32_t slot
   if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap of the batch arena");
   a->base_ = static_cast<uint8_t*>(p);
   a->slots_.resize(slot_count);
+  a->Prefault(kPrefaultBytes);
   return a;
+}
+
+void Arena::Prefault(uint64_t max_bytes) {
+  for (uint64_t off = 0; off < slot_bytes_; off += kPrefaultStep) {
+    const uint64_t len = std::min(kPrefaultStep, slot_bytes_ - off);
+    for (uint32_t slot = 0; slot < slot_count_; ++slot) {
+      if (prefaulted_bytes_ >= max_bytes) return;
+      // Only faults pages in (no write). EINVAL: a kernel before 5.14. ENOMEM and the like:
+      // memory is short, and the batches that need it will say so. Either way pages are then
+      // faulted on first use.
+      if (madvise(SlotData(slot) + off, len, MADV_POPULATE_WRITE) != 0) {
+        spdlog::debug("arena: prefault stopped after {} bytes: {}", prefaulted_bytes_, std::strerror(errno));
+        return;
+      }
+      prefaulted_bytes_ += len;
+    }
+  }
 }
 
 Arena::~Arena() {

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "daemon/serve/arena.h"
@@ -51,4 +52,37 @@ TEST_CASE("arena slots have one owner at a time", "[serve][arena]") {
 TEST_CASE("arena sizes that leave no room are rejected", "[serve][arena]") {
   REQUIRE(Arena::Create(1 << 20, 0).status().code() == StatusCode::kInvalidArgument);
   REQUIRE(Arena::Create(8192, 4).status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("an arena faults in the front of every slot, and only 64 MiB in all", "[serve][arena]") {
+  // 4 slots of 32 MiB: 64 MiB breadth first is the first 16 MiB of each slot.
+  auto a = Arena::Create(128ull << 20, 4);
+  REQUIRE(a.ok());
+  {
+    // Asked of the kernel directly, so that an arena that stopped prefaulting cannot pass.
+    void* probe = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(probe != MAP_FAILED);
+    const bool supported = madvise(probe, 4096, MADV_POPULATE_WRITE) == 0;
+    munmap(probe, 4096);
+    if (!supported) {
+      WARN("this kernel has no MADV_POPULATE_WRITE; pages are faulted on first use");
+      return;
+    }
+  }
+  REQUIRE((*a)->prefaulted_bytes() == (64ull << 20));
+  auto resident = [&](uint32_t slot, uint64_t off) {
+    unsigned char v = 0;
+    REQUIRE(mincore((*a)->SlotData(slot) + off, 4096, &v) == 0);
+    return (v & 1) != 0;
+  };
+  for (uint32_t slot = 0; slot < 4; ++slot) {
+    CHECK(resident(slot, 0));
+    CHECK(resident(slot, (16ull << 20) - 4096));
+    CHECK(!resident(slot, 16ull << 20));
+    CHECK(!resident(slot, (32ull << 20) - 4096));
+  }
+  // A small arena is faulted in whole.
+  auto small = Arena::Create(1 << 20, 3);
+  REQUIRE(small.ok());
+  REQUIRE((*small)->prefaulted_bytes() == (*small)->arena_bytes());
 }
