@@ -7,11 +7,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "shardcache/local.pb.h"
 
@@ -20,15 +22,23 @@ namespace client_internal {
 
 constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kMaxMessageBytes = 16u << 20;
+constexpr uint32_t kPollsPerWrite = 3;
+constexpr uint32_t kMaxUnsentReleases = 4;
+static_assert(kPollsPerWrite <= kBatchesReadAhead);
 
 // One socket and one arena mapping.
 //
 // The daemon answers requests in order, one response each. Besides plain calls (send, wait
-// for the answer) the connection sends two kinds of requests without waiting:
-//   - ReleaseBatch: its (empty) answer is read and dropped later, so returning a slot costs one
-//     send, not a round trip;
-//   - a speculative NextBatch poll (timeout 1 ms) sent right after a batch arrives, so that the
-//     next batch's description is usually waiting in the socket when the trainer asks for it.
+// for the answer) the connection queues two kinds of requests without waiting:
+//   - ReleaseBatch: its (empty) answer is read and dropped later;
+//   - speculative NextBatch polls (timeout 1 ms), up to kBatchesReadAhead per loader, so that
+//     the descriptions of the next batches are usually waiting in the socket when the trainer
+//     asks for them, even when the daemon answered one of them late (a node's CPUs are busy; a
+//     thread can wait milliseconds to be scheduled).
+// Queued requests are written together: when polls are topped up (kPollsPerWrite at a time),
+// before anything is read, with any plain call, or once kMaxUnsentReleases releases wait. Every
+// write wakes a daemon thread, and on a busy node that thread can take the CPU from the
+// trainer, so a trainer pays one wake-up per few batches instead of two per batch.
 // `expected` lists, in order, what each outstanding response is for; whoever reads the socket
 // files each response where it belongs. Everything is serialized by mu.
 struct Connection {
@@ -46,8 +56,14 @@ struct Connection {
 
   std::mutex mu;
   bool broken = false;                           // GUARDED_BY(mu): every call fails fast
-  std::deque<Outstanding> expected;              // GUARDED_BY(mu)
-  std::map<uint64_t, v1::LocalResponse> polled;  // GUARDED_BY(mu): speculative answers by loader
+  std::deque<Outstanding> expected;              // GUARDED_BY(mu): sent or queued, in order
+  std::string unsent;                            // GUARDED_BY(mu): queued frames
+  size_t unsent_requests = 0;                    // GUARDED_BY(mu): the last ones in `expected`
+  uint32_t unsent_releases = 0;                  // GUARDED_BY(mu)
+  std::vector<uint8_t> in = std::vector<uint8_t>(64 << 10);  // GUARDED_BY(mu): read, not yet parsed
+  size_t in_begin = 0, in_end = 0;                            // GUARDED_BY(mu)
+  // GUARDED_BY(mu): speculative answers by loader, in the order they came.
+  std::map<uint64_t, std::deque<v1::LocalResponse>> polled;
 
   ~Connection() {
     if (arena != nullptr) munmap(const_cast<uint8_t*>(arena), arena_bytes);
@@ -68,29 +84,33 @@ struct Connection {
     return StatusOf(*resp);
   }
 
-  // Sends req without waiting for its response.
-  void SendAsync(const v1::LocalRequest& req, Expect kind, uint64_t loader_id) {
+  // Queues req without waiting for its response; writes the queue when `write_now`.
+  void SendAsync(const v1::LocalRequest& req, Expect kind, uint64_t loader_id, bool write_now) {
     std::lock_guard<std::mutex> l(mu);
     if (broken) return;
-    if (!SendLocked(req).ok()) {
-      broken = true;
-      return;
-    }
+    AppendLocked(req);
     expected.push_back({kind, loader_id});
+    ++unsent_requests;
+    if (kind == Expect::kDiscard && ++unsent_releases >= kMaxUnsentReleases) write_now = true;
+    if (write_now && !FlushLocked().ok()) broken = true;
   }
 
-  // The answer to loader_id's speculative poll, reading the socket as far as needed.
+  // The answer to loader_id's oldest unread speculative poll, reading the socket as far as
+  // needed.
   Status TakePolled(uint64_t loader_id, v1::LocalResponse* resp) {
     std::lock_guard<std::mutex> l(mu);
     for (;;) {
       if (auto it = polled.find(loader_id); it != polled.end()) {
-        *resp = std::move(it->second);
-        polled.erase(it);
+        *resp = std::move(it->second.front());
+        it->second.pop_front();
+        if (it->second.empty()) polled.erase(it);
         return Status::Ok();
       }
       if (broken) return Unavailable("connection to shardcached was lost");
       if (expected.empty()) return Internal("no speculative request outstanding");
-      Status s = DrainOneLocked();
+      // Queued releases stay queued unless the answer needed is behind them.
+      Status s = expected.size() <= unsent_requests ? FlushLocked() : Status::Ok();
+      if (s.ok()) s = DrainOneLocked();
       if (!s.ok()) {
         broken = true;
         return s;
@@ -98,7 +118,7 @@ struct Connection {
     }
   }
 
-  // Forgets a loader's unread speculative answer (its loader is closing).
+  // Forgets a loader's unread speculative answers (its loader is closing).
   void DropPolled(uint64_t loader_id) {
     std::lock_guard<std::mutex> l(mu);
     polled.erase(loader_id);
@@ -110,20 +130,29 @@ struct Connection {
   }
 
  private:
+  // Writes req after whatever is queued.
   Status SendLocked(const v1::LocalRequest& req) {
-    std::string body;
-    req.SerializeToString(&body);
-    std::string frame(4, '\0');
-    const uint32_t len = static_cast<uint32_t>(body.size());
-    for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-    frame += body;
+    AppendLocked(req);
+    return FlushLocked();
+  }
+
+  void AppendLocked(const v1::LocalRequest& req) {
+    const size_t len = req.ByteSizeLong();
+    for (int i = 0; i < 4; ++i) unsent.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+    unsent += req.SerializeAsString();
+  }
+
+  Status FlushLocked() {
     size_t off = 0;
-    while (off < frame.size()) {
-      ssize_t w = ::send(fd, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+    while (off < unsent.size()) {
+      ssize_t w = ::send(fd, unsent.data() + off, unsent.size() - off, MSG_NOSIGNAL);
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) return Unavailable(std::string("sending to shardcached: ") + std::strerror(errno));
       off += static_cast<size_t>(w);
     }
+    unsent.clear();
+    unsent_requests = 0;
+    unsent_releases = 0;
     return Status::Ok();
   }
 
@@ -138,7 +167,7 @@ struct Connection {
     expected.pop_front();
     v1::LocalResponse r;
     SC_RETURN_IF_ERROR(ReceiveLocked(&r, nullptr));
-    if (o.kind == Expect::kSpeculative) polled[o.loader_id] = std::move(r);
+    if (o.kind == Expect::kSpeculative) polled[o.loader_id].push_back(std::move(r));
     return Status::Ok();  // a release's answer: an error only means the slot was already free
   }
 
@@ -158,35 +187,44 @@ struct Connection {
     return Status::Ok();
   }
 
-  // Reads exactly n bytes, collecting a descriptor passed with SCM_RIGHTS.
+  // Reads exactly n bytes, collecting a descriptor passed with SCM_RIGHTS. Reads the socket a
+  // buffer at a time: the answers to queued requests usually arrive together, and each read is
+  // a system call.
   Status Receive(uint8_t* p, size_t n, int* received_fd) {
     while (n > 0) {
-      iovec iov{p, n};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return Unavailable(std::string("reading from shardcached: ") + std::strerror(errno));
-      if (r == 0) return Unavailable("shardcached closed the connection");
-      for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-        const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-          int got;
-          std::memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-          if (received_fd && *received_fd < 0) {
-            *received_fd = got;
-          } else {
-            close(got);  // unexpected: never leak a descriptor
+      if (in_begin == in_end) {
+        iovec iov{in.data(), in.size()};
+        msghdr msg{};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof(control);
+        ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return Unavailable(std::string("reading from shardcached: ") + std::strerror(errno));
+        if (r == 0) return Unavailable("shardcached closed the connection");
+        for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+          if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+          const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+          for (size_t i = 0; i < count; ++i) {
+            int got;
+            std::memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            if (received_fd && *received_fd < 0) {
+              *received_fd = got;
+            } else {
+              close(got);  // unexpected: never leak a descriptor
+            }
           }
         }
+        in_begin = 0;
+        in_end = static_cast<size_t>(r);
       }
-      p += r;
-      n -= static_cast<size_t>(r);
+      const size_t take = std::min(n, in_end - in_begin);
+      std::memcpy(p, in.data() + in_begin, take);
+      in_begin += take;
+      p += take;
+      n -= take;
     }
     return Status::Ok();
   }
@@ -204,14 +242,14 @@ struct LoaderCore {
   mutable std::mutex mu;
   uint64_t consumed = 0;       // GUARDED_BY(mu)
   std::mutex next_mu;          // one Next() at a time per loader
-  bool poll_pending = false;   // GUARDED_BY(next_mu): a speculative NextBatch is outstanding
+  uint32_t polls_pending = 0;  // GUARDED_BY(next_mu): speculative NextBatch polls not yet taken
 
   ~LoaderCore() {
     v1::LocalRequest req;
     req.mutable_close_loader()->set_loader_id(id);
     v1::LocalResponse resp;
     (void)conn->Call(req, &resp);  // a lost connection closed it already
-    // A batch read ahead but never handed out: the daemon freed its slot with the loader.
+    // Batches read ahead but never handed out: the daemon freed their slots with the loader.
     conn->DropPolled(id);
   }
 };
@@ -261,7 +299,7 @@ Status Batch::Release() {
   v1::LocalRequest req;
   req.mutable_release_batch()->set_loader_id(core_->id);
   req.mutable_release_batch()->set_slot(slot_);
-  core_->conn->SendAsync(req, Connection::Expect::kDiscard, core_->id);
+  core_->conn->SendAsync(req, Connection::Expect::kDiscard, core_->id, /*write_now=*/false);
   core_.reset();
   data_ = nullptr;
   ids_.clear();
@@ -279,13 +317,15 @@ Result<Batch> Loader::Next() {
   std::lock_guard<std::mutex> next_lock(core_->next_mu);
   v1::LocalResponse resp;
   bool have = false;
-  if (core_->poll_pending) {
-    core_->poll_pending = false;
+  // The polls' answers come in plan order: one that found its batch not ready (or no slot free
+  // at that moment) took nothing, so the next answer holds the next batch.
+  while (!have && core_->polls_pending > 0) {
+    --core_->polls_pending;
     SC_RETURN_IF_ERROR(core_->conn->TakePolled(core_->id, &resp));
-    // Not ready yet (or no slot free at that moment): ask again, this time waiting.
     have = resp.code() == 0;
   }
   if (!have) {
+    // None ready: ask again, this time waiting.
     v1::LocalRequest req;
     req.mutable_next_batch()->set_loader_id(core_->id);
     req.mutable_next_batch()->set_timeout_ms(core_->options.next_timeout_ms);
@@ -293,13 +333,16 @@ Result<Batch> Loader::Next() {
   }
   const auto& r = resp.next_batch();
   if (r.end_of_epoch()) return OutOfRange("end of epoch");
-  {
-    // Ask for the following batch now; the answer waits in the socket until the next Next().
-    v1::LocalRequest poll;
-    poll.mutable_next_batch()->set_loader_id(core_->id);
-    poll.mutable_next_batch()->set_timeout_ms(1);
-    core_->conn->SendAsync(poll, Connection::Expect::kSpeculative, core_->id);
-    core_->poll_pending = true;
+  // Ask for the following batches ahead, a few at once; the answers wait in the socket until
+  // Next() takes them.
+  if (core_->polls_pending + client_internal::kPollsPerWrite <= kBatchesReadAhead) {
+    for (; core_->polls_pending < kBatchesReadAhead; ++core_->polls_pending) {
+      v1::LocalRequest poll;
+      poll.mutable_next_batch()->set_loader_id(core_->id);
+      poll.mutable_next_batch()->set_timeout_ms(1);
+      core_->conn->SendAsync(poll, Connection::Expect::kSpeculative, core_->id,
+                             /*write_now=*/core_->polls_pending + 1 == kBatchesReadAhead);
+    }
   }
   const Connection& c = *core_->conn;
   const size_t n = static_cast<size_t>(r.sample_ids_size());

@@ -291,9 +291,9 @@ TEST_CASE("resuming mid-epoch from the loader state yields exactly the remaining
       state = (*loader)->state();
       auto daemon_state = (*loader)->QueryState();
       REQUIRE(daemon_state.ok());
-      // The daemon also counts the batch the client library polled ahead.
+      // The daemon also counts the batches the client library read ahead.
       REQUIRE(daemon_state->samples_consumed >= state.samples_consumed);
-      REQUIRE(daemon_state->samples_consumed <= state.samples_consumed + o.batch_size);
+      REQUIRE(daemon_state->samples_consumed <= state.samples_consumed + kBatchesReadAhead * o.batch_size);
       REQUIRE(state.samples_consumed == 35);
     }
     // ... and a new process resuming from its state.

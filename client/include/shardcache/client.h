@@ -19,9 +19,12 @@
 // Errors are Status / Result (common/status.h, installed beside this header); no exceptions.
 // The library needs only libprotobuf-lite: no gRPC, no RocksDB.
 //
-// Latency: Next() asks the daemon for the following batch as soon as a batch arrives (a poll
-// that does not wait), so a trainer that computes longer than the daemon needs to assemble a
-// batch finds the next one already described in its socket; releasing a batch is one send.
+// Latency: Next() keeps up to kBatchesReadAhead requests for the following batches outstanding
+// (polls that do not wait), so a trainer that computes longer than the daemon needs to assemble
+// a batch finds the next ones already described in its socket, even when the daemon was late
+// to answer one. Each batch read ahead holds an arena slot. Releases and polls are written
+// together, a few at a time: a released batch's slot returns to the daemon with the next write
+// on its connection (at the latest after 4 releases, or with any other call).
 //
 // Thread safety: a Client and its Loaders may be used from several threads; requests on one
 // connection are serialized, and Next() calls on one Loader are serialized. A Batch may be read from any thread and destroyed on any thread.
@@ -40,6 +43,8 @@
 namespace shardcache {
 
 inline constexpr char kDefaultSocketPath[] = "/run/shardcache/shardcached.sock";
+// Batches a Loader asks the daemon for ahead of Next() (see "Latency" above).
+inline constexpr uint32_t kBatchesReadAhead = 4;
 
 enum class Shuffle { kNone = 0, kGlobal = 1, kBlock = 2 };
 
@@ -138,10 +143,11 @@ class Loader {
   // daemon went away.
   Result<Batch> Next();
 
-  // Resume point, tracked locally (equal to the daemon's LoaderState).
+  // Resume point, tracked locally: the samples Next() returned.
   LoaderState state() const;
-  // The daemon's view: samples it handed to this client, which may include one batch the
-  // client library read ahead and has not returned from Next() yet. Resume from state().
+  // The daemon's view: samples it handed to this client, which may include up to
+  // kBatchesReadAhead batches the client library read ahead and has not returned from Next()
+  // yet. Resume from state().
   Result<LoaderState> QueryState();
 
   uint64_t samples_per_epoch() const;
