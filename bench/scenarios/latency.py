@@ -7,7 +7,9 @@ on its NVMe tier. The compute time is set to twice the measured batch read time 
 with no compute, in the same run) — the boundary of the target stall_fraction ≤ 0.02.
 
 Figures: next_p50_us, next_p99_us, stall_fraction (time waiting in Next ÷ wall), plus
-read_us_per_batch and compute_us."""
+read_us_per_batch and compute_us, and where the stall went: the first Next (loader start-up),
+the Next calls over 1 ms (slow_nexts, slow_next_stall_fraction: a daemon or trainer thread that
+was not running, or data not ready), and the rest (the cost of each call)."""
 import _serving as S
 
 
@@ -33,6 +35,12 @@ def body(quick, argv):
     print(f"first Next (loader start-up) {r['first_next_us']:.0f} us, max {r['max_next_us']:.0f} us")
     print(f"with compute: next p50 {r['next_p50_us']:.0f} us, p99 {r['next_p99_us']:.0f} us, "
           f"stall {r['stall_s']:.3f} s of {r['wall_s']:.2f} s = {r['stall_fraction']:.4f}")
+    first_s = r["first_next_us"] / 1e6
+    rest_s = max(0.0, r["stall_s"] - first_s - r["slow_next_s"])
+    print(f"stall: first Next {first_s * 1e3:.1f} ms, {r['slow_nexts']} calls over 1 ms "
+          f"{r['slow_next_s'] * 1e3:.1f} ms, the other {r['batches'] - 1 - r['slow_nexts']} calls "
+          f"{rest_s * 1e3:.1f} ms ({rest_s / max(1, r['batches'] - 1 - r['slow_nexts']) * 1e6:.1f} us each); "
+          f"the daemon waited for data {r['daemon_wait_us'] / 1e3:.1f} ms in all")
     return {
         "next_p50_us": round(r["next_p50_us"], 1),
         "next_p99_us": round(r["next_p99_us"], 1),
@@ -41,6 +49,9 @@ def body(quick, argv):
         "compute_us": compute_us,
         "batches": r["batches"],
         "first_next_us": round(r["first_next_us"], 1),
+        "slow_nexts": r["slow_nexts"],
+        "slow_next_stall_fraction": round(r["slow_next_s"] / r["wall_s"], 5),
+        "daemon_wait_ms": round(r["daemon_wait_us"] / 1e3, 1),
         # Without the loader start-up (the first Next of the epoch).
         "steady_stall_fraction": round(max(0.0, r["stall_s"] - r["first_next_us"] / 1e6) / r["wall_s"], 5),
     }

@@ -2,8 +2,10 @@
 // libshardcache, optionally "computing" (sleeping) for a fixed time per batch, and prints one
 // JSON object per epoch with what it measured:
 //   {"epoch":E,"rank":R,"samples":N,"bytes":B,"batches":K,"wall_s":W,"mbit":M,
-//    "next_p50_us":..,"next_p99_us":..,"stall_s":S,"stall_fraction":S/W,"daemon_wait_us":..}
-// stall = time spent inside Loader::Next() (waiting for data), as the trainer sees it.
+//    "next_p50_us":..,"next_p99_us":..,"stall_s":S,"stall_fraction":S/W,"daemon_wait_us":..,
+//    "slow_nexts":N,"slow_next_s":..}
+// stall = time spent inside Loader::Next() (waiting for data), as the trainer sees it;
+// slow_nexts / slow_next_s: the calls after the first that took over 1 ms, and their time.
 //
 //   sc_trainer_bench --socket PATH --dataset NAME [--batch-size 32] [--shuffle none|global|block]
 //       [--seed 0] [--epoch 0] [--epochs 1] [--rank 0] [--world-size 1] [--drop-last]
@@ -113,6 +115,14 @@ int main(int argc, char** argv) {
       if (compute_us) std::this_thread::sleep_for(std::chrono::microseconds(compute_us));
     }
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    uint64_t slow_nexts = 0;
+    double slow_next_s = 0;
+    for (size_t k = 1; k < next_us.size(); ++k) {
+      if (next_us[k] > 1000) {
+        ++slow_nexts;
+        slow_next_s += next_us[k] / 1e6;
+      }
+    }
     if (!ids_out.empty()) {
       if (FILE* f = std::fopen(ids_out.c_str(), "w")) {
         for (uint64_t id : ids) std::fprintf(f, "%llu\n", static_cast<unsigned long long>(id));
@@ -122,12 +132,12 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"epoch\":%llu,\"rank\":%u,\"samples\":%llu,\"bytes\":%llu,\"batches\":%zu,"
         "\"wall_s\":%.6f,\"mbit\":%.3f,\"next_p50_us\":%.1f,\"next_p99_us\":%.1f,"
-        "\"first_next_us\":%.1f,\"max_next_us\":%.1f,\"stall_s\":%.6f,\"stall_fraction\":%.5f,\"daemon_wait_us\":%llu,\"touch_sum\":%llu}\n",
+        "\"first_next_us\":%.1f,\"max_next_us\":%.1f,\"stall_s\":%.6f,\"stall_fraction\":%.5f,\"daemon_wait_us\":%llu,\"slow_nexts\":%llu,\"slow_next_s\":%.6f,\"touch_sum\":%llu}\n",
         static_cast<unsigned long long>(e), o.rank, static_cast<unsigned long long>(samples),
         static_cast<unsigned long long>(bytes), next_us.size(), wall,
         wall > 0 ? bytes * 8 / wall / 1e6 : 0.0, Percentile(next_us, 0.5), Percentile(next_us, 0.99),
         next_us.empty() ? 0.0 : next_us.front(), Percentile(next_us, 1.0), stall_s, wall > 0 ? stall_s / wall : 0.0, static_cast<unsigned long long>(daemon_wait_us),
-        static_cast<unsigned long long>(sum));
+        static_cast<unsigned long long>(slow_nexts), slow_next_s, static_cast<unsigned long long>(sum));
     std::fflush(stdout);
   }
   return 0;
