@@ -317,9 +317,7 @@ Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
     if (p.length == 0) continue;  // nothing to read, nothing to count
     const ChunkKey key{vid, shard, p.chunk};
     if (ChunkPtr c = InMemory(key)) {
-      std::memcpy(p.dest, c->bytes.data() + p.offset, p.length);
-      Account(Tier::kDram, p.length);
-      if (demand) plan_.OnDemandRead(key);
+      CopyFromMemory(p, *c, key, demand);
     } else if (store_) {
       on_disk.push_back(NvmePiece{key, length, dataset::ChunkHash(manifest, shard, p.chunk), p.offset,
                                   p.length, p.dest});
@@ -350,6 +348,13 @@ ChunkPtr CachedSource::InMemory(const ChunkKey& key) {
   return c;
 }
 
+void CachedSource::CopyFromMemory(const ChunkPiece& piece, const Chunk& chunk, const ChunkKey& key,
+                                  bool demand) {
+  std::memcpy(piece.dest, chunk.bytes.data() + piece.offset, piece.length);
+  Account(Tier::kDram, piece.length);
+  if (demand) plan_.OnDemandRead(key);
+}
+
 bool CachedSource::Held(const ChunkKey& key) const {
   // Pending before Contains: the writer publishes the entry before it leaves the queue.
   return dram_.Contains(key) || (store_ && (store_->Pending(key) || store_->Contains(key)));
@@ -371,11 +376,9 @@ bool CachedSource::ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shar
     if (!chunks[i]) return false;
   }
   for (size_t i = 0; i < pieces.size(); ++i) {
-    const ChunkPiece& p = pieces[i];
-    if (p.length == 0) continue;
-    std::memcpy(p.dest, chunks[i]->bytes.data() + p.offset, p.length);
-    Account(Tier::kDram, p.length);
-    if (priority == FetchPriority::kDemand) plan_.OnDemandRead(ChunkKey{vid, shard, p.chunk});
+    if (pieces[i].length == 0) continue;
+    CopyFromMemory(pieces[i], *chunks[i], ChunkKey{vid, shard, pieces[i].chunk},
+                   priority == FetchPriority::kDemand);
   }
   return true;
 }

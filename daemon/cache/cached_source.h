@@ -112,6 +112,8 @@ class CachedSource final : public ChunkSource {
   ChunkPtr FindCached(const ChunkKey& key, uint64_t length, const Hash128& hash, Tier* tier);
   // The chunk in DRAM or in the NVMe write queue; nullptr otherwise.
   ChunkPtr InMemory(const ChunkKey& key);
+  // Copies one piece of a chunk held in memory and counts it as a DRAM hit.
+  void CopyFromMemory(const ChunkPiece& piece, const Chunk& chunk, const ChunkKey& key, bool demand);
   // Some tier holds the chunk (no LRU refresh, no I/O).
   bool Held(const ChunkKey& key) const;
   void Account(Tier tier, uint64_t bytes);
