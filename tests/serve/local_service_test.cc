@@ -15,7 +15,6 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <random>
 #include <set>
 #include <thread>
 
@@ -30,6 +29,7 @@
 #include "testing/eventually.h"
 #include "testing/temp_dir.h"
 #include "testing/forwarding_source.h"
+#include "testing/random_delay.h"
 
 using namespace shardcache;
 using shardcache::testing::Eventually;
@@ -61,23 +61,17 @@ class ExpectedSamples {
 // A source that answers after a random delay, to show that timing never changes a plan.
 class JitterSource final : public testing::ForwardingSource {
  public:
-  JitterSource(ChunkSource& inner, uint32_t seed) : ForwardingSource(inner), rng_(seed) {}
+  JitterSource(ChunkSource& inner, uint32_t seed) : ForwardingSource(inner), delay_(seed, 3000) {}
   Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& o, const ChunkSink& sink) override {
-    uint32_t us;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      us = rng_() % 3000;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(us));
+    delay_.Sleep();
     reads_++;
     return inner_.ReadChunks(d, shard, first, count, o, sink);
   }
   std::atomic<uint64_t> reads_{0};
 
  private:
-  std::mutex mu_;
-  std::mt19937 rng_;
+  testing::RandomDelay delay_;
 };
 
 struct Fixture {

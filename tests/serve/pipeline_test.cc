@@ -5,8 +5,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
-#include <random>
 #include <thread>
 
 #include "daemon/plan/epoch_plan.h"
@@ -17,6 +15,7 @@
 #include "testing/datasets.h"
 #include "testing/temp_dir.h"
 #include "testing/forwarding_source.h"
+#include "testing/random_delay.h"
 
 namespace shardcache {
 namespace {
@@ -31,12 +30,7 @@ class FlakySource final : public testing::ForwardingSource {
       : ForwardingSource(inner), bad_chunk_(bad_chunk), failures_left_(failures) {}
   Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& o, const ChunkSink& sink) override {
-    uint32_t us;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      us = rng_() % 2000;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(us));
+    delay_.Sleep();
     if (shard == 0 && first <= bad_chunk_ && bad_chunk_ < first + count && failures_left_.fetch_sub(1) > 0) {
       failed_.fetch_add(1);
       return Unavailable("injected failure of chunk " + std::to_string(bad_chunk_));
@@ -48,8 +42,7 @@ class FlakySource final : public testing::ForwardingSource {
  private:
   const uint64_t bad_chunk_;
   std::atomic<int> failures_left_;
-  std::mutex mu_;
-  std::mt19937 rng_{11};
+  testing::RandomDelay delay_{11, 2000};
 };
 
 TEST_CASE("a pipeline assembling two batches at once delivers plan order and resumes after a read error",
