@@ -99,8 +99,9 @@ struct LocalServiceOptions {
   // fits in one slot. Default: 512 MiB in 16 slots (32 MiB per batch).
   uint64_t arena_bytes = 512ull << 20;
   uint32_t slot_count = 16;
-  // Per loader: batches assembled ahead (default 4; each holds a slot while it waits, so
-  // slot_count should exceed open loaders x prefetch_batches) and chunk bytes warmed ahead of
+  // Per loader: batches assembled ahead (default 4; each holds a slot while it waits, and the
+  // client library holds up to kBatchesReadAhead more read ahead plus a few released ones not
+  // yet sent back, so slot_count should exceed open loaders x about 12) and chunk bytes warmed ahead of
   // those (default 256 MiB; 0 = none, e.g. when there is no cache tier to warm).
   uint32_t prefetch_batches = 4;
   uint64_t prefetch_lookahead_bytes = 256ull << 20;

@@ -110,8 +110,12 @@ uint64_t LoaderPipeline::samples_consumed() const {
 }
 
 bool LoaderPipeline::CanStartLocked() const {
+  // Every batch started and not yet delivered holds a slot: queued, assembling, assembled but
+  // waiting for an earlier one, or cancelled and waiting for its reads to end. Counting only
+  // the running assemblies let a slow batch pile up finished ones behind it until the arena
+  // was full and the client's other loaders got no slot.
   return error_.ok() && assemble_index_ < total_ &&
-         ready_.size() + assembling_ < options_.prefetch_batches &&
+         ready_.size() + inflight_.size() < options_.prefetch_batches &&
          assembling_ < std::max<uint32_t>(1, options_.assemble_depth);
 }
 
@@ -322,14 +326,22 @@ Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock
       d.end_of_epoch = true;
       return d;
     }
-    if (assembling_ == 0 && arena_.FreeSlots() == 0) {
-      return ResourceExhausted(
-          "all " + std::to_string(arena_.slot_count()) + " arena slots are in use (" +
-          std::to_string(arena_.DeliveredSlots()) +
-          " held by this client's unreleased batches); release a batch before asking for the next");
+    // Only the client can free a slot it holds: when it holds them all, waiting cannot help.
+    // Slots in other loaders' queues come back as the client reads those loaders, so then the
+    // batch waits (up to the deadline) like any other.
+    if (inflight_.empty() && arena_.DeliveredSlots() == arena_.slot_count()) {
+      return ResourceExhausted("all " + std::to_string(arena_.slot_count()) +
+                               " arena slots are held by this client's unreleased batches; release a "
+                               "batch before asking for the next");
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      return DeadlineExceeded("next batch of loader " + std::to_string(id_) + " not ready in time");
+      std::string why;
+      if (inflight_.empty() && arena_.FreeSlots() == 0) {
+        why = ": no arena slot is free (" + std::to_string(arena_.DeliveredSlots()) + " of " +
+              std::to_string(arena_.slot_count()) +
+              " held by this client's batches, the rest by its other loaders' prefetched batches)";
+      }
+      return DeadlineExceeded("next batch of loader " + std::to_string(id_) + " not ready in time" + why);
     }
     // Bounded waits: a slot freed elsewhere wakes the arena's waiters, not this cv.
     cv_.wait_until(l, std::min(deadline, std::chrono::steady_clock::now() + kIdlePoll));

@@ -1,10 +1,15 @@
 // LoaderPipeline on its own: two batches assembled at once, finishing in any order, are still
 // delivered in plan order; a read error is reported once and the pipeline resumes at the
-// failed batch, so the trainer sees every sample of the epoch exactly once, in order.
+// failed batch, so the trainer sees every sample of the epoch exactly once, in order. A slow
+// batch does not let the ones behind it take more than prefetch_batches slots, and a loader
+// whose client's other loaders hold every slot waits for one instead of failing.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "daemon/plan/epoch_plan.h"
@@ -13,6 +18,7 @@
 #include "daemon/serve/prefetcher.h"
 #include "daemon/upstream/file_source.h"
 #include "testing/datasets.h"
+#include "testing/eventually.h"
 #include "testing/temp_dir.h"
 #include "testing/forwarding_source.h"
 #include "testing/random_delay.h"
@@ -44,6 +50,131 @@ class FlakySource final : public testing::ForwardingSource {
   std::atomic<int> failures_left_;
   testing::RandomDelay delay_{11, 2000};
 };
+
+// Holds every read of shard 0's chunk 0 until Open().
+class GatedSource final : public testing::ForwardingSource {
+ public:
+  using ForwardingSource::ForwardingSource;
+  Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
+                    const ReadOptions& o, const ChunkSink& sink) override {
+    if (shard == 0 && first == 0) {
+      std::unique_lock<std::mutex> l(mu_);
+      ++waiting_;
+      cv_.wait(l, [&] { return open_; });
+    }
+    return inner_.ReadChunks(d, shard, first, count, o, sink);
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  int waiting() {
+    std::lock_guard<std::mutex> l(mu_);
+    return waiting_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  int waiting_ = 0;
+};
+
+// 4 shards x 256 records of 1 KiB in 16 KiB chunks, and a plan in file order with batches of
+// 16: batch 0 is exactly shard 0's chunk 0.
+struct GatedFixture {
+  GatedFixture() {
+    root = tmp.path() + "/data";
+    REQUIRE(MakeDirs(root).ok());
+    auto ds = testing::MakeRecordsDataset(root, "rec", 4, 256, 1024, 16 * 1024);
+    REQUIRE(ds.ok());
+    dataset = *ds;
+    auto f = upstream::FileSource::Open(root);
+    REQUIRE(f.ok());
+    files = std::move(*f);
+    gated = std::make_unique<GatedSource>(*files);
+    locator = std::make_shared<serve::SampleLocator>(*gated, dataset);
+    plan::PlanOptions po;
+    po.mode = plan::ShuffleMode::kNone;
+    po.batch_size = 16;
+    auto p = plan::EpochPlan::Make(plan::LayoutOf(*dataset), po);
+    REQUIRE(p.ok());
+    epoch_plan = *p;
+    options.batch_size = 16;
+    options.prefetch_batches = 4;
+    options.assemble_depth = 2;
+    options.lookahead_bytes = 0;
+  }
+  testing::TempDir tmp;
+  std::string root;
+  dataset::DatasetPtr dataset;
+  std::unique_ptr<ChunkSource> files;
+  std::unique_ptr<GatedSource> gated;
+  std::shared_ptr<serve::SampleLocator> locator;
+  std::shared_ptr<const plan::EpochPlan> epoch_plan;
+  serve::LoaderPipelineOptions options;
+};
+
+TEST_CASE("a slow batch does not let the batches behind it take more than prefetch_batches slots",
+          "[serve][pipeline]") {
+  GatedFixture f;
+  auto arena = serve::Arena::Create(2 << 20, 16);
+  REQUIRE(arena.ok());
+  serve::BatchAssemblerOptions ao;
+  ao.read_threads = 4;
+  serve::BatchAssembler assembler(*f.gated, ao);
+  LoaderPipeline pipeline(3, **arena, assembler, f.locator, f.epoch_plan, f.options, 0);
+
+  // Batch 0 waits at the gate; batches 1.. finish behind it and wait for it in order.
+  REQUIRE(testing::Eventually([&] { return f.gated->waiting() > 0; }));
+  uint32_t most_taken = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < end) {
+    most_taken = std::max(most_taken, 16 - (*arena)->FreeSlots());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  CHECK(most_taken == f.options.prefetch_batches);
+  f.gated->Open();
+
+  uint64_t next_sample = 0;
+  for (;;) {
+    auto d = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+    REQUIRE(d.ok());
+    if (d->end_of_epoch) break;
+    for (uint64_t id : d->batch.sample_ids) REQUIRE(id == next_sample++);
+    CHECK(16 - (*arena)->FreeSlots() <= f.options.prefetch_batches + 1);
+    REQUIRE((*arena)->Release(d->slot, 3).ok());
+  }
+  CHECK(next_sample == 1024);
+}
+
+TEST_CASE("a loader whose client's other loaders hold every slot waits for one instead of failing",
+          "[serve][pipeline]") {
+  GatedFixture f;
+  f.gated->Open();
+  auto arena = serve::Arena::Create(1 << 20, 4);
+  REQUIRE(arena.ok());
+  serve::BatchAssemblerOptions ao;
+  ao.read_threads = 4;
+  serve::BatchAssembler assembler(*f.gated, ao);
+  auto first = std::make_unique<LoaderPipeline>(1, **arena, assembler, f.locator, f.epoch_plan, f.options, 0);
+  REQUIRE(testing::Eventually([&] { return (*arena)->FreeSlots() == 0; }));
+
+  LoaderPipeline second(2, **arena, assembler, f.locator, f.epoch_plan, f.options, 0);
+  auto d = second.Next(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+  REQUIRE(d.status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(d.status().message().find("other loaders' prefetched batches") != std::string::npos);
+
+  // The first loader's slots come back when it closes; the second one then gets its batch.
+  first.reset();
+  d = second.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  REQUIRE(d.ok());
+  REQUIRE(!d->end_of_epoch);
+  CHECK(d->batch.sample_ids.front() == 0);
+}
 
 TEST_CASE("a pipeline assembling two batches at once delivers plan order and resumes after a read error",
           "[serve][pipeline]") {
