@@ -23,7 +23,7 @@ def body(quick, argv):
     sock = b.path("node.sock")
     b.daemon("node", "file://" + b.path("data"), socket_path=sock,
              cache_size=2 * dataset_bytes + 256 * S.MiB, memory_size=dataset_bytes + 128 * S.MiB,
-             segment_size=64 * S.MiB, prefetch=64 * S.MiB, arena=256 * S.MiB, slots=16)
+             segment_size=64 * S.MiB, prefetch=64 * S.MiB, arena=256 * S.MiB, slots=32)
     common = dict(batch_size=16, shuffle="global", seed=9)
     b.trainer_epochs(sock, "warm", epoch=0, **common)  # fill
     free = b.trainer_epochs(sock, "warm", epoch=1, **common)[0]

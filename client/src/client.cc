@@ -1,5 +1,5 @@
-// libshardcache implementation: framing over the Unix socket, the mapped arena, and the
-// shared ownership that keeps a loader open while its batches live.
+// libshardcache implementation: framing over the Unix socket, the mapped arena and batch
+// rings, and the shared ownership that keeps a loader open while its batches live.
 #include "shardcache/client.h"
 
 #include <sys/mman.h>
@@ -8,39 +8,30 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <deque>
-#include <map>
 #include <mutex>
 #include <vector>
 
+#include "common/batch_ring.h"
 #include "shardcache/local.pb.h"
 
 namespace shardcache {
 namespace client_internal {
 
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 3;
 constexpr uint32_t kMaxMessageBytes = 16u << 20;
-constexpr uint32_t kPollsPerWrite = 3;
 constexpr uint32_t kMaxUnsentReleases = 4;
-static_assert(kPollsPerWrite <= kBatchesReadAhead);
 
 // One socket and one arena mapping.
 //
 // The daemon answers requests in order, one response each. Besides plain calls (send, wait
-// for the answer) the connection queues two kinds of requests without waiting:
-//   - ReleaseBatch: its (empty) answer is read and dropped later;
-//   - speculative NextBatch polls (timeout 1 ms), up to kBatchesReadAhead per loader, so that
-//     the descriptions of the next batches are usually waiting in the socket when the trainer
-//     asks for them, even when the daemon answered one of them late (a node's CPUs are busy; a
-//     thread can wait milliseconds to be scheduled).
-// Queued requests are written together: when polls are topped up (kPollsPerWrite at a time),
-// before anything is read, with any plain call, or once kMaxUnsentReleases releases wait. Every
-// write wakes a daemon thread, and on a busy node that thread can take the CPU from the
-// trainer, so a trainer pays one wake-up per few batches instead of two per batch.
-// `expected` lists, in order, what each outstanding response is for; whoever reads the socket
-// files each response where it belongs. Everything is serialized by mu.
+// for the answer) the connection queues ReleaseBatch requests without waiting: they are
+// written together with the next call, or once kMaxUnsentReleases wait, and their (empty)
+// answers are read and dropped before the next call's. Every write wakes a daemon thread, and
+// on a busy node that thread can take the CPU from the trainer, so a trainer pays one wake-up
+// per few batches instead of one per batch. Everything is serialized by mu.
 struct Connection {
   int fd = -1;
   const uint8_t* arena = nullptr;
@@ -48,80 +39,51 @@ struct Connection {
   uint32_t slot_count = 0;
   uint64_t slot_bytes = 0;
 
-  enum class Expect { kDiscard, kSpeculative };
-  struct Outstanding {
-    Expect kind;
-    uint64_t loader_id;
-  };
-
   std::mutex mu;
-  bool broken = false;                           // GUARDED_BY(mu): every call fails fast
-  std::deque<Outstanding> expected;              // GUARDED_BY(mu): sent or queued, in order
-  std::string unsent;                            // GUARDED_BY(mu): queued frames
-  size_t unsent_requests = 0;                    // GUARDED_BY(mu): the last ones in `expected`
-  uint32_t unsent_releases = 0;                  // GUARDED_BY(mu)
+  bool broken = false;           // GUARDED_BY(mu): every call fails fast
+  std::string unsent;            // GUARDED_BY(mu): queued release frames
+  uint32_t unsent_releases = 0;  // GUARDED_BY(mu)
+  size_t unanswered = 0;         // GUARDED_BY(mu): releases sent or queued, answers not read
   std::vector<uint8_t> in = std::vector<uint8_t>(64 << 10);  // GUARDED_BY(mu): read, not yet parsed
   size_t in_begin = 0, in_end = 0;                            // GUARDED_BY(mu)
-  // GUARDED_BY(mu): speculative answers by loader, in the order they came.
-  std::map<uint64_t, std::deque<v1::LocalResponse>> polled;
+  // GUARDED_BY(mu): a descriptor that arrived while earlier answers were read (one read can
+  // take several answers); it belongs to the next answer that carries one.
+  int early_fd = -1;
 
   ~Connection() {
     if (arena != nullptr) munmap(const_cast<uint8_t*>(arena), arena_bytes);
+    if (early_fd >= 0) close(early_fd);
     if (fd >= 0) close(fd);
   }
 
-  // Sends req and reads its response; *received_fd gets a descriptor passed with it (or -1).
+  // Sends req (after the queued releases) and reads its response; *received_fd gets a
+  // descriptor passed with it (or -1).
   Status Call(const v1::LocalRequest& req, v1::LocalResponse* resp, int* received_fd = nullptr) {
     std::lock_guard<std::mutex> l(mu);
     if (broken) return Unavailable("connection to shardcached was lost");
-    Status send_error = SendLocked(req);
+    AppendLocked(req);
+    Status send_error = FlushLocked();
     // After a failed send, a response may still be waiting: a daemon that refuses a peer answers
     // PermissionDenied before it closes, and that answer says more than EPIPE.
     Status s = DrainLocked();
     if (s.ok()) s = ReceiveLocked(resp, received_fd);
+    if (received_fd && *received_fd < 0 && early_fd >= 0) std::swap(*received_fd, early_fd);
+    if (early_fd >= 0) {  // nobody expects it: never leak a descriptor
+      close(early_fd);
+      early_fd = -1;
+    }
     if (!send_error.ok() || !s.ok()) broken = true;
     if (!s.ok()) return send_error.ok() ? s : send_error;
     return StatusOf(*resp);
   }
 
-  // Queues req without waiting for its response; writes the queue when `write_now`.
-  void SendAsync(const v1::LocalRequest& req, Expect kind, uint64_t loader_id, bool write_now) {
+  // Queues a ReleaseBatch without waiting for its answer.
+  void QueueRelease(const v1::LocalRequest& req) {
     std::lock_guard<std::mutex> l(mu);
     if (broken) return;
     AppendLocked(req);
-    expected.push_back({kind, loader_id});
-    ++unsent_requests;
-    if (kind == Expect::kDiscard && ++unsent_releases >= kMaxUnsentReleases) write_now = true;
-    if (write_now && !FlushLocked().ok()) broken = true;
-  }
-
-  // The answer to loader_id's oldest unread speculative poll, reading the socket as far as
-  // needed.
-  Status TakePolled(uint64_t loader_id, v1::LocalResponse* resp) {
-    std::lock_guard<std::mutex> l(mu);
-    for (;;) {
-      if (auto it = polled.find(loader_id); it != polled.end()) {
-        *resp = std::move(it->second.front());
-        it->second.pop_front();
-        if (it->second.empty()) polled.erase(it);
-        return Status::Ok();
-      }
-      if (broken) return Unavailable("connection to shardcached was lost");
-      if (expected.empty()) return Internal("no speculative request outstanding");
-      // Queued releases stay queued unless the answer needed is behind them.
-      Status s = expected.size() <= unsent_requests ? FlushLocked() : Status::Ok();
-      if (s.ok()) s = DrainOneLocked();
-      if (!s.ok()) {
-        broken = true;
-        return s;
-      }
-    }
-  }
-
-  // Forgets a loader's unread speculative answers (its loader is closing).
-  void DropPolled(uint64_t loader_id) {
-    std::lock_guard<std::mutex> l(mu);
-    polled.erase(loader_id);
+    ++unanswered;
+    if (++unsent_releases >= kMaxUnsentReleases && !FlushLocked().ok()) broken = true;
   }
 
   static Status StatusOf(const v1::LocalResponse& r) {
@@ -130,12 +92,6 @@ struct Connection {
   }
 
  private:
-  // Writes req after whatever is queued.
-  Status SendLocked(const v1::LocalRequest& req) {
-    AppendLocked(req);
-    return FlushLocked();
-  }
-
   void AppendLocked(const v1::LocalRequest& req) {
     const size_t len = req.ByteSizeLong();
     for (int i = 0; i < 4; ++i) unsent.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
@@ -151,24 +107,18 @@ struct Connection {
       off += static_cast<size_t>(w);
     }
     unsent.clear();
-    unsent_requests = 0;
     unsent_releases = 0;
     return Status::Ok();
   }
 
-  // Reads the responses of every request sent without waiting.
+  // Reads the answers to the releases sent without waiting; an error in one only means the
+  // slot was already free.
   Status DrainLocked() {
-    while (!expected.empty()) SC_RETURN_IF_ERROR(DrainOneLocked());
+    for (; unanswered > 0; --unanswered) {
+      v1::LocalResponse r;
+      SC_RETURN_IF_ERROR(ReceiveLocked(&r, nullptr));
+    }
     return Status::Ok();
-  }
-
-  Status DrainOneLocked() {
-    const Outstanding o = expected.front();
-    expected.pop_front();
-    v1::LocalResponse r;
-    SC_RETURN_IF_ERROR(ReceiveLocked(&r, nullptr));
-    if (o.kind == Expect::kSpeculative) polled[o.loader_id].push_back(std::move(r));
-    return Status::Ok();  // a release's answer: an error only means the slot was already free
   }
 
   Status ReceiveLocked(v1::LocalResponse* resp, int* received_fd) {
@@ -212,6 +162,8 @@ struct Connection {
             std::memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
             if (received_fd && *received_fd < 0) {
               *received_fd = got;
+            } else if (early_fd < 0) {
+              early_fd = got;
             } else {
               close(got);  // unexpected: never leak a descriptor
             }
@@ -239,18 +191,47 @@ struct LoaderCore {
   uint64_t samples_per_epoch = 0;
   uint64_t dataset_samples = 0;
   uint64_t record_bytes = 0;
+  // The loader's batch ring (common/batch_ring.h), mapped read-only.
+  const uint8_t* ring = nullptr;
+  uint64_t ring_bytes = 0;
+  uint32_t ring_entries = 0;
+  uint32_t ring_max_samples = 0;
+  uint64_t ring_stride = 0;
   mutable std::mutex mu;
-  uint64_t consumed = 0;       // GUARDED_BY(mu)
-  std::mutex next_mu;          // one Next() at a time per loader
-  uint32_t polls_pending = 0;  // GUARDED_BY(next_mu): speculative NextBatch polls not yet taken
+  uint64_t consumed = 0;    // GUARDED_BY(mu)
+  std::mutex next_mu;       // one Next() at a time per loader
+  uint64_t next_entry = 0;  // GUARDED_BY(next_mu): the next ring entry to read
 
   ~LoaderCore() {
     v1::LocalRequest req;
     req.mutable_close_loader()->set_loader_id(id);
     v1::LocalResponse resp;
     (void)conn->Call(req, &resp);  // a lost connection closed it already
-    // Batches read ahead but never handed out: the daemon freed their slots with the loader.
-    conn->DropPolled(id);
+    if (ring != nullptr) munmap(const_cast<uint8_t*>(ring), ring_bytes);
+  }
+
+  // Maps the ring passed with the OpenLoaderResponse and checks its header.
+  Status MapRing(int fd, const v1::OpenLoaderResponse& r) {
+    if (fd < 0) return DataLoss("shardcached did not pass the batch ring of loader " + std::to_string(id));
+    void* p = mmap(nullptr, r.ring_bytes(), PROT_READ, MAP_SHARED, fd, 0);
+    const int err = errno;
+    close(fd);
+    if (r.ring_bytes() == 0 || p == MAP_FAILED) {
+      return Internal(std::string("mapping the batch ring: ") + (r.ring_bytes() == 0 ? "empty" : std::strerror(err)));
+    }
+    ring = static_cast<const uint8_t*>(p);
+    ring_bytes = r.ring_bytes();
+    const auto& h = *reinterpret_cast<const batch_ring::RingHeader*>(ring);
+    ring_entries = h.entries;
+    ring_max_samples = h.max_samples;
+    ring_stride = h.stride;
+    if (ring_bytes < sizeof(batch_ring::RingHeader) || h.magic != batch_ring::kMagic ||
+        h.layout_version != batch_ring::kLayoutVersion || ring_entries == 0 || ring_entries != r.ring_entries() ||
+        ring_max_samples < options.batch_size || ring_stride != batch_ring::Stride(ring_max_samples) ||
+        batch_ring::RingBytes(ring_entries, ring_max_samples) > ring_bytes) {
+      return DataLoss("shardcached described an inconsistent batch ring");
+    }
+    return Status::Ok();
   }
 };
 
@@ -299,7 +280,7 @@ Status Batch::Release() {
   v1::LocalRequest req;
   req.mutable_release_batch()->set_loader_id(core_->id);
   req.mutable_release_batch()->set_slot(slot_);
-  core_->conn->SendAsync(req, Connection::Expect::kDiscard, core_->id, /*write_now=*/false);
+  core_->conn->QueueRelease(req);
   core_.reset();
   data_ = nullptr;
   ids_.clear();
@@ -315,62 +296,80 @@ Loader::~Loader() = default;
 
 Result<Batch> Loader::Next() {
   std::lock_guard<std::mutex> next_lock(core_->next_mu);
-  v1::LocalResponse resp;
-  bool have = false;
-  // The polls' answers come in plan order: one that found its batch not ready (or no slot free
-  // at that moment) took nothing, so the next answer holds the next batch.
-  while (!have && core_->polls_pending > 0) {
-    --core_->polls_pending;
-    SC_RETURN_IF_ERROR(core_->conn->TakePolled(core_->id, &resp));
-    have = resp.code() == 0;
-  }
-  if (!have) {
-    // None ready: ask again, this time waiting.
+  LoaderCore& c = *core_;
+  const uint64_t i = c.next_entry;
+  const auto& header = *reinterpret_cast<const batch_ring::RingHeader*>(c.ring);
+  uint64_t published = header.published.load(std::memory_order_acquire);
+  uint64_t wait_us = 0;
+  if (published <= i) {
+    // Nothing described yet: ask the daemon to answer once entry i is there.
     v1::LocalRequest req;
-    req.mutable_next_batch()->set_loader_id(core_->id);
-    req.mutable_next_batch()->set_timeout_ms(core_->options.next_timeout_ms);
-    SC_RETURN_IF_ERROR(core_->conn->Call(req, &resp));
-  }
-  const auto& r = resp.next_batch();
-  if (r.end_of_epoch()) return OutOfRange("end of epoch");
-  // Ask for the following batches ahead, a few at once; the answers wait in the socket until
-  // Next() takes them.
-  if (core_->polls_pending + client_internal::kPollsPerWrite <= kBatchesReadAhead) {
-    for (; core_->polls_pending < kBatchesReadAhead; ++core_->polls_pending) {
-      v1::LocalRequest poll;
-      poll.mutable_next_batch()->set_loader_id(core_->id);
-      poll.mutable_next_batch()->set_timeout_ms(1);
-      core_->conn->SendAsync(poll, Connection::Expect::kSpeculative, core_->id,
-                             /*write_now=*/core_->polls_pending + 1 == kBatchesReadAhead);
+    auto* nb = req.mutable_next_batch();
+    nb->set_loader_id(c.id);
+    nb->set_timeout_ms(c.options.next_timeout_ms);
+    nb->set_ring(true);
+    nb->set_ring_index(i);
+    v1::LocalResponse resp;
+    SC_RETURN_IF_ERROR(c.conn->Call(req, &resp));
+    if (resp.next_batch().end_of_epoch()) return OutOfRange("end of epoch");
+    wait_us = resp.next_batch().wait_us();
+    published = header.published.load(std::memory_order_acquire);  // stored before the answer was sent
+    if (published <= i) {
+      return DataLoss("shardcached answered a wait for batch ring entry " + std::to_string(i) +
+                      " with only " + std::to_string(published) + " published");
     }
   }
-  const Connection& c = *core_->conn;
-  const size_t n = static_cast<size_t>(r.sample_ids_size());
-  if (r.slot() >= c.slot_count || r.offset() > c.arena_bytes || r.payload_bytes() > c.slot_bytes ||
-      r.offset() + r.payload_bytes() > c.arena_bytes || static_cast<size_t>(r.sample_offsets_size()) != n ||
-      static_cast<size_t>(r.sample_lengths_size()) != n) {
+  if (published - i > c.ring_entries) {
+    return DataLoss("batch ring of loader " + std::to_string(c.id) + " overran: entry " + std::to_string(i) +
+                    " was overwritten (" + std::to_string(published) + " published)");
+  }
+  // Seqlock read: the entry's index before and after the copy must both be i.
+  const uint8_t* at = c.ring + batch_ring::EntryOffset(i, c.ring_entries, c.ring_stride);
+  const auto& e = *reinterpret_cast<const batch_ring::RingEntry*>(at);
+  if (e.index.load(std::memory_order_acquire) != i) {
+    return DataLoss("batch ring entry " + std::to_string(i) + " of loader " + std::to_string(c.id) + " is not there");
+  }
+  const uint32_t slot = e.slot;
+  const uint32_t n = e.samples;
+  const uint64_t payload_bytes = e.payload_bytes;
+  const uint64_t seq = e.batch_seq;
+  if (n > c.ring_max_samples) return DataLoss("shardcached sent an inconsistent batch description");
+  const auto* samples = reinterpret_cast<const batch_ring::RingSample*>(at + sizeof(batch_ring::RingEntry));
+  Batch b;
+  b.ids_.resize(n);
+  b.offsets_.resize(n);
+  b.lengths_.resize(n);
+  for (uint32_t k = 0; k < n; ++k) {
+    b.ids_[k] = samples[k].id;
+    b.offsets_[k] = samples[k].offset;
+    b.lengths_[k] = samples[k].length;
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (e.index.load(std::memory_order_relaxed) != i) {
+    return DataLoss("batch ring entry " + std::to_string(i) + " of loader " + std::to_string(c.id) +
+                    " changed while it was read");
+  }
+  const Connection& conn = *c.conn;
+  if (slot >= conn.slot_count || payload_bytes > conn.slot_bytes) {
     return DataLoss("shardcached sent an inconsistent batch description");
   }
-  Batch b;
-  b.core_ = core_;
-  b.slot_ = r.slot();
-  b.held_ = true;
-  b.data_ = c.arena + r.offset();
-  b.payload_bytes_ = r.payload_bytes();
-  b.record_bytes_ = r.record_bytes();
-  b.seq_ = r.batch_seq();
-  b.wait_us_ = r.wait_us();
-  b.ids_.assign(r.sample_ids().begin(), r.sample_ids().end());
-  b.offsets_.assign(r.sample_offsets().begin(), r.sample_offsets().end());
-  b.lengths_.assign(r.sample_lengths().begin(), r.sample_lengths().end());
-  for (size_t i = 0; i < n; ++i) {
-    if (b.offsets_[i] > b.payload_bytes_ || b.lengths_[i] > b.payload_bytes_ - b.offsets_[i]) {
+  for (uint32_t k = 0; k < n; ++k) {
+    if (b.offsets_[k] > payload_bytes || b.lengths_[k] > payload_bytes - b.offsets_[k]) {
       return DataLoss("shardcached sent a sample range outside its batch");
     }
   }
+  c.next_entry = i + 1;
+  b.core_ = core_;
+  b.slot_ = slot;
+  b.held_ = true;
+  b.data_ = conn.arena + uint64_t{slot} * conn.slot_bytes;
+  b.payload_bytes_ = payload_bytes;
+  b.record_bytes_ = c.record_bytes;
+  b.seq_ = seq;
+  b.wait_us_ = wait_us;
   {
-    std::lock_guard<std::mutex> l(core_->mu);
-    core_->consumed += n;
+    std::lock_guard<std::mutex> l(c.mu);
+    c.consumed += n;
   }
   return b;
 }
@@ -393,6 +392,7 @@ uint64_t Loader::dataset_samples() const { return core_->dataset_samples; }
 uint64_t Loader::record_bytes() const { return core_->record_bytes; }
 const std::string& Loader::version() const { return core_->version; }
 const LoaderOptions& Loader::options() const { return core_->options; }
+uint32_t Loader::ring_entries() const { return core_->ring_entries; }
 
 // ---- Client
 
@@ -457,8 +457,14 @@ Result<std::unique_ptr<Loader>> Client::OpenLoader(const LoaderOptions& o) {
   r->set_samples_consumed(o.samples_consumed);
   r->set_job(o.job);
   r->set_block_window_shards(o.block_window_shards);
+  r->set_batch_ring(true);
   v1::LocalResponse resp;
-  SC_RETURN_IF_ERROR(conn_->Call(req, &resp).WithContext("opening a loader on '" + o.dataset + "'"));
+  int ring_fd = -1;
+  Status s = conn_->Call(req, &resp, &ring_fd);
+  if (!s.ok()) {
+    if (ring_fd >= 0) close(ring_fd);
+    return s.WithContext("opening a loader on '" + o.dataset + "'");
+  }
   auto core = std::make_shared<LoaderCore>();
   core->conn = conn_;
   core->id = resp.open_loader().loader_id();
@@ -468,6 +474,7 @@ Result<std::unique_ptr<Loader>> Client::OpenLoader(const LoaderOptions& o) {
   core->dataset_samples = resp.open_loader().dataset_samples();
   core->record_bytes = resp.open_loader().record_bytes();
   core->consumed = std::min(o.samples_consumed, core->samples_per_epoch);
+  SC_RETURN_IF_ERROR(core->MapRing(ring_fd, resp.open_loader()));  // closes ring_fd; ~LoaderCore closes the loader
   return std::unique_ptr<Loader>(new Loader(std::move(core)));
 }
 

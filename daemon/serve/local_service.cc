@@ -515,10 +515,22 @@ void LocalService::Serve(Connection* c) {
         lo.batch_size = o.batch_size();
         lo.rank = o.rank();
         lo.prefetch_batches = options_.prefetch_batches;
+        // A ring loader holds at most half the arena, so a client's second loader always finds
+        // slots (loaders of protocol 1-2 clients keep their old, unlimited share).
+        if (o.batch_ring()) lo.max_slots = std::max(1u, c->arena->slot_count() / 2);
         lo.lookahead_bytes_live = &lookahead_bytes_;
+        std::unique_ptr<BatchRing> ring;
+        if (o.batch_ring()) {
+          auto r = BatchRing::Create(std::clamp(c->arena->slot_count() / 2, 1u, kRingEntries), o.batch_size());
+          if (!r.ok()) {
+            s = r.status();
+            break;
+          }
+          ring = std::move(*r);
+        }
         const uint64_t id = next_loader_id_++;
         auto pipe = std::make_unique<LoaderPipeline>(id, *c->arena, assembler_, *loc, *p, lo,
-                                                     o.samples_consumed());
+                                                     o.samples_consumed(), std::move(ring));
         if (options_.observer) NoteLoaderForObserver(PlanKey(*ds, po), *ds, *loc, *p, o.rank(), o.samples_consumed());
         auto* r = resp.mutable_open_loader();
         r->set_loader_id(id);
@@ -526,6 +538,11 @@ void LocalService::Serve(Connection* c) {
         r->set_samples_per_epoch(pipe->samples_per_epoch());
         r->set_record_bytes(record_bytes);
         r->set_dataset_samples(m.total_samples());
+        if (const BatchRing* ring = pipe->ring()) {
+          r->set_ring_entries(ring->entries());
+          r->set_ring_bytes(ring->bytes());
+          pass_fd = ring->fd();  // sent before the loader could go away: this thread closes it
+        }
         std::lock_guard<std::mutex> l(c->mu);
         c->loaders[id] = std::move(pipe);
         break;
@@ -538,7 +555,20 @@ void LocalService::Serve(Connection* c) {
         }
         const uint32_t timeout_ms =
             req.next_batch().timeout_ms() ? req.next_batch().timeout_ms() : options_.next_timeout_ms;
-        auto d = it->second->Next(std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms));
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+        if (req.next_batch().ring()) {
+          auto w = it->second->WaitPublished(req.next_batch().ring_index(), deadline);
+          if (!w.ok()) {
+            s = w.status();
+            break;
+          }
+          auto* r = resp.mutable_next_batch();
+          r->set_end_of_epoch(w->end_of_epoch);
+          r->set_ring_published(w->published);
+          r->set_wait_us(w->wait_us);
+          break;
+        }
+        auto d = it->second->Next(deadline);
         if (!d.ok()) {
           s = d.status();
           break;
@@ -564,6 +594,11 @@ void LocalService::Serve(Connection* c) {
           break;
         }
         s = c->arena->Release(req.release_batch().slot(), req.release_batch().loader_id());
+        if (s.ok()) {
+          // Only this thread changes c->loaders.
+          auto it = c->loaders.find(req.release_batch().loader_id());
+          if (it != c->loaders.end()) it->second->OnReleased();
+        }
         break;
       }
       case v1::LocalRequest::kLoaderState: {

@@ -75,8 +75,13 @@ namespace shardcache::serve {
 
 // Version this daemon speaks (history in local.proto); Hello accepts any version from
 // kMinLocalProtocolVersion up to it.
-constexpr uint32_t kLocalProtocolVersion = 2;
+constexpr uint32_t kLocalProtocolVersion = 3;
 constexpr uint32_t kMinLocalProtocolVersion = 1;
+// Batches a loader's batch ring describes at once, at most half the arena's slots (the rest
+// stay for the pipeline's prefetch_batches and the client's other loaders). The batches the
+// client has read ahead, holds, or released without telling the daemon yet all count against
+// it.
+constexpr uint32_t kRingEntries = 12;
 // Largest request or response frame. A NextBatchResponse of 100k samples is ~3 MiB.
 constexpr uint32_t kMaxLocalMessageBytes = 16u << 20;
 
@@ -100,8 +105,8 @@ struct LocalServiceOptions {
   uint64_t arena_bytes = 512ull << 20;
   uint32_t slot_count = 16;
   // Per loader: batches assembled ahead (default 4; each holds a slot while it waits, and the
-  // client library holds up to kBatchesReadAhead more read ahead plus a few released ones not
-  // yet sent back, so slot_count should exceed open loaders x about 12) and chunk bytes warmed ahead of
+  // loader's batch ring holds up to min(kRingEntries, slot_count / 2) more, so slot_count
+  // should exceed open loaders x 12 or so) and chunk bytes warmed ahead of
   // those (default 256 MiB; 0 = none, e.g. when there is no cache tier to warm).
   uint32_t prefetch_batches = 4;
   uint64_t prefetch_lookahead_bytes = 256ull << 20;

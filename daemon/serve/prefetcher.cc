@@ -52,14 +52,16 @@ metrics::Histogram* AssemblyHistogram() {
 LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assembler,
                                std::shared_ptr<SampleLocator> locator,
                                std::shared_ptr<const plan::EpochPlan> plan,
-                               LoaderPipelineOptions options, uint64_t start_index)
+                               LoaderPipelineOptions options, uint64_t start_index,
+                               std::unique_ptr<BatchRing> ring)
     : id_(id),
       arena_(arena),
       assembler_(assembler),
       locator_(std::move(locator)),
       plan_(std::move(plan)),
       options_(std::move(options)),
-      total_(plan_->samples_per_rank(options_.rank)) {
+      total_(plan_->samples_per_rank(options_.rank)),
+      ring_(std::move(ring)) {
   // Per-loader series for `shardctl top`: which loader is slow, and whether it waits on data.
   labels_ = {{"loader", std::to_string(id_)},
              {"dataset", locator_->dataset()->name},
@@ -114,9 +116,10 @@ bool LoaderPipeline::CanStartLocked() const {
   // waiting for an earlier one, or cancelled and waiting for its reads to end. Counting only
   // the running assemblies let a slow batch pile up finished ones behind it until the arena
   // was full and the client's other loaders got no slot.
-  return error_.ok() && assemble_index_ < total_ &&
-         ready_.size() + inflight_.size() < options_.prefetch_batches &&
-         assembling_ < std::max<uint32_t>(1, options_.assemble_depth);
+  const size_t queued = ready_.size() + inflight_.size();
+  return error_.ok() && assemble_index_ < total_ && queued < options_.prefetch_batches &&
+         assembling_ < std::max<uint32_t>(1, options_.assemble_depth) &&
+         queued + arena_.SlotsIn(Arena::SlotState::kDelivered, id_) < options_.max_slots;
 }
 
 void LoaderPipeline::Run() {
@@ -213,8 +216,72 @@ void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
     d.batch = std::move(node.mapped().batch);
     ready_.push_back(std::move(d));
   }
+  PublishLocked();
   cv_.notify_all();
 }
+
+void LoaderPipeline::PublishLocked() {
+  if (!ring_) return;
+  while (!ready_.empty() && arena_.SlotsIn(Arena::SlotState::kDelivered, id_) < ring_->entries()) {
+    Delivered& d = ready_.front();
+    arena_.MarkDelivered(d.slot);
+    ring_->Publish(d.slot, d.seq, d.batch);
+    consumed_ += d.batch.sample_ids.size();
+    CountDelivered(d);
+    ready_.pop_front();
+  }
+}
+
+void LoaderPipeline::OnReleased() {
+  std::lock_guard<std::mutex> l(mu_);
+  PublishLocked();
+  cv_.notify_all();  // ready_ shrank: the pipeline thread may start the next batch
+}
+
+void LoaderPipeline::CountDelivered(const Delivered& d) {
+  BatchCounter()->Add();
+  ByteCounter()->Add(d.batch.payload_bytes);
+  loader_batches_->Add();
+  loader_bytes_->Add(d.batch.payload_bytes);
+}
+
+void LoaderPipeline::CountWait(uint64_t wait_us) {
+  NextWaitHistogram()->Observe(wait_us / 1e6);
+  StallCounter()->Add(wait_us);
+  loader_stall_us_->Add(wait_us);
+}
+
+Status LoaderPipeline::BlockedLocked(bool ring_full) {
+  if (!error_.ok()) {
+    Status s = error_;
+    error_ = Status::Ok();
+    cv_.notify_all();
+    return s;
+  }
+  if (ring_full) {
+    return ResourceExhausted("the client holds " + std::to_string(ring_->entries()) + " batches of loader " +
+                             std::to_string(id_) + ", as many as its batch ring describes; release a batch "
+                             "before asking for the next");
+  }
+  // Only the client can free a slot it holds: when it holds them all, waiting cannot help.
+  // Slots in other loaders' queues come back as the client reads those loaders, so then the
+  // batch waits (up to the deadline) like any other.
+  if (inflight_.empty() && arena_.DeliveredSlots() == arena_.slot_count()) {
+    return ResourceExhausted("all " + std::to_string(arena_.slot_count()) +
+                             " arena slots are held by this client's unreleased batches; release a "
+                             "batch before asking for the next");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+uint64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+}
+
+}  // namespace
 
 bool LoaderPipeline::Warm() {
   const uint64_t lookahead = options_.lookahead_bytes_live
@@ -294,6 +361,7 @@ bool LoaderPipeline::SendWarm(const WarmRun& r) {
 Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock::time_point deadline) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> l(mu_);
+  if (ring_) return FailedPrecondition("loader " + std::to_string(id_) + " delivers through its batch ring");
   for (;;) {
     if (stop_) return Cancelled("loader " + std::to_string(id_) + " was closed");
     if (!ready_.empty()) {
@@ -301,51 +369,67 @@ Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock
       ready_.pop_front();
       arena_.MarkDelivered(d.slot);
       consumed_ += d.batch.sample_ids.size();
-      d.wait_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                            std::chrono::steady_clock::now() - t0)
-                                            .count());
+      d.wait_us = MicrosSince(t0);
       l.unlock();
       cv_.notify_all();
-      NextWaitHistogram()->Observe(d.wait_us / 1e6);
-      StallCounter()->Add(d.wait_us);
-      BatchCounter()->Add();
-      ByteCounter()->Add(d.batch.payload_bytes);
-      loader_stall_us_->Add(d.wait_us);
-      loader_batches_->Add();
-      loader_bytes_->Add(d.batch.payload_bytes);
+      CountDelivered(d);
+      CountWait(d.wait_us);
       return d;
     }
-    if (!error_.ok()) {
-      Status s = error_;
-      error_ = Status::Ok();
-      cv_.notify_all();
-      return s;
-    }
+    if (!error_.ok() || consumed_ < total_) SC_RETURN_IF_ERROR(BlockedLocked(/*ring_full=*/false));
     if (consumed_ >= total_) {
       Delivered d;
       d.end_of_epoch = true;
       return d;
     }
-    // Only the client can free a slot it holds: when it holds them all, waiting cannot help.
-    // Slots in other loaders' queues come back as the client reads those loaders, so then the
-    // batch waits (up to the deadline) like any other.
-    if (inflight_.empty() && arena_.DeliveredSlots() == arena_.slot_count()) {
-      return ResourceExhausted("all " + std::to_string(arena_.slot_count()) +
-                               " arena slots are held by this client's unreleased batches; release a "
-                               "batch before asking for the next");
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      std::string why;
-      if (inflight_.empty() && arena_.FreeSlots() == 0) {
-        why = ": no arena slot is free (" + std::to_string(arena_.DeliveredSlots()) + " of " +
-              std::to_string(arena_.slot_count()) +
-              " held by this client's batches, the rest by its other loaders' prefetched batches)";
-      }
-      return DeadlineExceeded("next batch of loader " + std::to_string(id_) + " not ready in time" + why);
-    }
+    if (std::chrono::steady_clock::now() >= deadline) return NotReadyLocked();
     // Bounded waits: a slot freed elsewhere wakes the arena's waiters, not this cv.
     cv_.wait_until(l, std::min(deadline, std::chrono::steady_clock::now() + kIdlePoll));
   }
+}
+
+Result<LoaderPipeline::RingWait> LoaderPipeline::WaitPublished(uint64_t index,
+                                                                std::chrono::steady_clock::time_point deadline) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> l(mu_);
+  if (!ring_) return FailedPrecondition("loader " + std::to_string(id_) + " has no batch ring");
+  if (index > ring_->published()) {
+    return InvalidArgument("batch ring entry " + std::to_string(index) + " of loader " + std::to_string(id_) +
+                           " asked for while " + std::to_string(ring_->published()) +
+                           " are published; entries are taken in order");
+  }
+  for (;;) {
+    if (stop_) return Cancelled("loader " + std::to_string(id_) + " was closed");
+    if (ring_->published() > index) {
+      RingWait w;
+      w.published = ring_->published();
+      w.wait_us = MicrosSince(t0);
+      l.unlock();
+      CountWait(w.wait_us);
+      return w;
+    }
+    if (!error_.ok() || consumed_ < total_) {
+      SC_RETURN_IF_ERROR(BlockedLocked(arena_.SlotsIn(Arena::SlotState::kDelivered, id_) >= ring_->entries()));
+    }
+    if (consumed_ >= total_) {
+      RingWait w;
+      w.end_of_epoch = true;
+      w.published = ring_->published();
+      return w;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return NotReadyLocked();
+    cv_.wait_until(l, std::min(deadline, std::chrono::steady_clock::now() + kIdlePoll));
+  }
+}
+
+Status LoaderPipeline::NotReadyLocked() const {
+  std::string why;
+  if (inflight_.empty() && arena_.FreeSlots() == 0) {
+    why = ": no arena slot is free (" + std::to_string(arena_.DeliveredSlots()) + " of " +
+          std::to_string(arena_.slot_count()) +
+          " held by this client's batches, the rest by its other loaders' prefetched batches)";
+  }
+  return DeadlineExceeded("next batch of loader " + std::to_string(id_) + " not ready in time" + why);
 }
 
 }  // namespace shardcache::serve

@@ -10,6 +10,12 @@
 //      ranges over many streams at once;
 // The plan decides the order; timing never changes which samples a batch holds.
 //
+// Delivery: without a batch ring, Next() hands out the assembled batches one per NextBatch
+// request. With one (local protocol 3), each batch is published into the ring as soon as it is
+// assembled, in plan order, while fewer than ring entries of this loader's batches are held by
+// the client; the client takes them from shared memory and WaitPublished() only answers a
+// client that found the ring empty.
+//
 // Thread-per-loader is deliberate: a node serves at most a few dozen trainers with a few
 // loaders each, the threads mostly wait, and a blocking loop is easier to get right than a
 // state machine. Chunk reads themselves run on the shared BatchAssembler pool.
@@ -36,6 +42,7 @@
 #include "daemon/plan/epoch_plan.h"
 #include "daemon/serve/arena.h"
 #include "daemon/serve/batch_assembler.h"
+#include "daemon/serve/batch_ring.h"
 
 namespace shardcache::serve {
 
@@ -54,6 +61,9 @@ struct LoaderPipelineOptions {
   uint32_t rank = 0;
   // Batches assembled ahead into free slots. Default: 2.
   uint32_t prefetch_batches = 2;
+  // Slots this loader may hold in all (assembling, queued, or delivered and not released), so
+  // that one loader cannot take the slots its client's other loaders need. Default: no limit.
+  uint32_t max_slots = UINT32_MAX;
   // Batches being assembled at the same time (each one's chunk reads already run in parallel;
   // a second one keeps the disk busy while the first one's last read finishes). Default: 2.
   uint32_t assemble_depth = 2;
@@ -74,10 +84,13 @@ class LoaderPipeline {
     AssembledBatch batch;
   };
 
-  // Starts the pipeline thread at rank sample index `start_index` (a resume point).
+  // Starts the pipeline thread at rank sample index `start_index` (a resume point). With a
+  // `ring`, batches are delivered through it (see above); its max_samples must be at least
+  // options.batch_size.
   LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assembler,
                  std::shared_ptr<SampleLocator> locator, std::shared_ptr<const plan::EpochPlan> plan,
-                 LoaderPipelineOptions options, uint64_t start_index);
+                 LoaderPipelineOptions options, uint64_t start_index,
+                 std::unique_ptr<BatchRing> ring = nullptr);
   // Stops the thread (waiting for a batch being assembled) and frees every slot of this loader,
   // delivered or not.
   ~LoaderPipeline();
@@ -90,6 +103,22 @@ class LoaderPipeline {
   // DeadlineExceeded when the data is not ready by `deadline` (the batch stays queued); a read
   // error is returned once, and the batch is retried on the next call.
   Result<Delivered> Next(std::chrono::steady_clock::time_point deadline);
+
+  // With a ring: waits until ring entry `index` is published. end_of_epoch once every sample of
+  // this rank was published and `index` is past the last batch; InvalidArgument for an index
+  // beyond the next unpublished one; ResourceExhausted at once when the client holds as many of
+  // this loader's batches as the ring has entries (or every arena slot), since only it can
+  // free one; DeadlineExceeded and read errors as for Next(). FailedPrecondition without a ring.
+  struct RingWait {
+    bool end_of_epoch = false;
+    uint64_t published = 0;  // entries published when the wait ended
+    uint64_t wait_us = 0;
+  };
+  Result<RingWait> WaitPublished(uint64_t index, std::chrono::steady_clock::time_point deadline);
+  // The client released one of this loader's slots: a batch waiting for ring room is published.
+  void OnReleased();
+  // The ring batches are published into; null without one.
+  const BatchRing* ring() const { return ring_.get(); }
 
   // Stops the pipeline thread and makes a waiting or later Next() return Cancelled.
   void Cancel();
@@ -110,6 +139,18 @@ class LoaderPipeline {
   void OnAssembled(uint64_t seq, Status s, AssembledBatch batch);
   // Issues warm reads; true when it made progress.
   bool Warm();
+  // REQUIRES: mu_ held. Moves ready batches into the ring while it has room.
+  void PublishLocked();
+  // REQUIRES: mu_ held. The loader's error, or ResourceExhausted when only the client can free
+  // a slot for the next batch (`ring_full`: its ring entries are all held); OK otherwise.
+  Status BlockedLocked(bool ring_full);
+  // Counts a batch handed to the client.
+  void CountDelivered(const Delivered& d);
+  // Counts how long a client waited for a batch.
+  void CountWait(uint64_t wait_us);
+  // REQUIRES: mu_ held. DeadlineExceeded for a batch that is not ready, saying why when no slot
+  // is free for it.
+  Status NotReadyLocked() const;
 
   const uint64_t id_;
   Arena& arena_;
@@ -140,6 +181,7 @@ class LoaderPipeline {
   uint64_t next_seq_ = 0;          // GUARDED_BY(mu_)
   Status error_;                   // GUARDED_BY(mu_)
   std::deque<Delivered> ready_;    // GUARDED_BY(mu_)
+  const std::unique_ptr<BatchRing> ring_;  // Publish() GUARDED_BY(mu_)
 
   // Warm-read bookkeeping, used by the pipeline thread only.
   struct Warmed {

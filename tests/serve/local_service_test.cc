@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -18,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "common/batch_ring.h"
 #include "common/fs.h"
 #include "common/metrics.h"
 #include "daemon/serve/local_service.h"
@@ -29,6 +31,7 @@
 #include "testing/eventually.h"
 #include "testing/temp_dir.h"
 #include "testing/forwarding_source.h"
+#include "testing/local_conn.h"
 #include "testing/random_delay.h"
 
 using namespace shardcache;
@@ -285,9 +288,9 @@ TEST_CASE("resuming mid-epoch from the loader state yields exactly the remaining
       state = (*loader)->state();
       auto daemon_state = (*loader)->QueryState();
       REQUIRE(daemon_state.ok());
-      // The daemon also counts the batches the client library read ahead.
+      // The daemon also counts the batches it described ahead in the loader's batch ring.
       REQUIRE(daemon_state->samples_consumed >= state.samples_consumed);
-      REQUIRE(daemon_state->samples_consumed <= state.samples_consumed + kBatchesReadAhead * o.batch_size);
+      REQUIRE(daemon_state->samples_consumed <= state.samples_consumed + (*loader)->ring_entries() * o.batch_size);
       REQUIRE(state.samples_consumed == 35);
     }
     // ... and a new process resuming from its state.
@@ -313,23 +316,206 @@ TEST_CASE("a client holding every slot gets ResourceExhausted instead of a hang"
   LoaderOptions o;
   o.dataset = "rec";
   o.batch_size = 8;
-  auto loader = (*c)->OpenLoader(o);
-  REQUIRE(loader.ok());
+  auto first = (*c)->OpenLoader(o);
+  REQUIRE(first.ok());
+  // A loader's batch ring describes at most half the slots: holding that many is the limit.
+  REQUIRE((*first)->ring_entries() == 2);
   std::vector<Batch> held;
-  for (int i = 0; i < 4; ++i) {
-    auto b = (*loader)->Next();
+  for (int i = 0; i < 2; ++i) {
+    auto b = (*first)->Next();
     REQUIRE(b.ok());
     held.push_back(std::move(*b));
   }
-  auto b = (*loader)->Next();
+  auto b = (*first)->Next();
   REQUIRE(b.status().code() == StatusCode::kResourceExhausted);
   REQUIRE(b.status().message().find("release") != std::string::npos);
   // Releasing one makes the next call succeed, in order.
   const uint64_t last = held.back().sample_id(7);
   held.erase(held.begin());
-  auto b2 = (*loader)->Next();
+  auto b2 = (*first)->Next();
   REQUIRE(b2.ok());
   REQUIRE(b2->sample_id(0) == last + 1);
+  held.push_back(std::move(*b2));
+
+  // A second loader takes the other two slots; then every slot is held and neither loader can
+  // get a batch until one is released.
+  o.seed = 3;
+  o.shuffle = Shuffle::kGlobal;
+  auto second = (*c)->OpenLoader(o);
+  REQUIRE(second.ok());
+  for (int i = 0; i < 2; ++i) {
+    auto s = (*second)->Next();
+    REQUIRE(s.ok());
+    held.push_back(std::move(*s));
+  }
+  for (auto* l : {&*first, &*second}) {
+    auto s = (**l).Next();
+    REQUIRE(s.status().code() == StatusCode::kResourceExhausted);
+  }
+  held.clear();
+  REQUIRE((*second)->Next().ok());
+}
+
+TEST_CASE("a loader opened right after releases gets its batch ring (the releases' answers come first)",
+          "[serve][integration]") {
+  Fixture f;
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  auto c = Client::Connect(f.socket);
+  REQUIRE(c.ok());
+  LoaderOptions o;
+  o.dataset = "rec";
+  o.batch_size = 5;
+  // Each round queues releases without sending them; OpenLoader sends them first, and their
+  // answers and the OpenLoaderResponse with the ring's descriptor often arrive in one read.
+  for (int round = 0; round < 40; ++round) {
+    auto loader = (*c)->OpenLoader(o);
+    REQUIRE(loader.ok());
+    for (int i = 0; i < 3; ++i) REQUIRE((*loader)->Next().ok());  // each Batch released at once
+    auto next = (*c)->OpenLoader(o);
+    REQUIRE(next.ok());
+    REQUIRE((*next)->Next().ok());
+  }
+  CHECK(CountFds() < 100);
+}
+
+TEST_CASE("a protocol-2 client still reads an epoch through NextBatch, byte-exact and in plan order",
+          "[serve][integration]") {
+  Fixture f;
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  ExpectedSamples expected(f.root + "/rec", *f.records);
+  LoaderOptions o;
+  o.dataset = "rec";
+  o.batch_size = 24;
+  o.seed = 4;
+  o.shuffle = Shuffle::kGlobal;
+  auto c = Client::Connect(f.socket);
+  REQUIRE(c.ok());
+  const auto through_ring = ReadEpoch(**c, o, expected).all;
+
+  testing::LocalConn old(f.socket);
+  v1::LocalRequest req;
+  req.mutable_hello()->set_protocol_version(2);
+  int arena_fd = -1;
+  auto hello = old.Call(req, &arena_fd);
+  REQUIRE(hello.code() == 0);
+  REQUIRE(arena_fd >= 0);
+  const uint64_t arena_bytes = hello.hello().arena_bytes();
+  void* arena = mmap(nullptr, arena_bytes, PROT_READ, MAP_SHARED, arena_fd, 0);
+  ::close(arena_fd);
+  REQUIRE(arena != MAP_FAILED);
+  req.Clear();
+  auto* open = req.mutable_open_loader();
+  open->set_dataset("rec");
+  open->set_batch_size(24);
+  open->set_seed(4);
+  open->set_shuffle(v1::SHUFFLE_GLOBAL);
+  open->set_world_size(1);
+  int ring_fd = -1;
+  auto opened = old.Call(req, &ring_fd);
+  REQUIRE(opened.code() == 0);
+  CHECK(ring_fd < 0);  // no batch ring unless asked for
+  CHECK(opened.open_loader().ring_entries() == 0);
+  std::vector<uint64_t> through_socket;
+  for (;;) {
+    req.Clear();
+    req.mutable_next_batch()->set_loader_id(opened.open_loader().loader_id());
+    auto r = old.Call(req);
+    REQUIRE(r.code() == 0);
+    const auto& nb = r.next_batch();
+    if (nb.end_of_epoch()) break;
+    const auto* payload = static_cast<const char*>(arena) + nb.offset();
+    for (int i = 0; i < nb.sample_ids_size(); ++i) {
+      REQUIRE(std::string(payload + nb.sample_offsets(i), nb.sample_lengths(i)) == expected[nb.sample_ids(i)]);
+      through_socket.push_back(nb.sample_ids(i));
+    }
+    req.Clear();
+    req.mutable_release_batch()->set_loader_id(opened.open_loader().loader_id());
+    req.mutable_release_batch()->set_slot(nb.slot());
+    REQUIRE(old.Call(req).code() == 0);
+  }
+  munmap(arena, arena_bytes);
+  CHECK(through_socket == through_ring);
+  CHECK(through_socket.size() == 1000);
+}
+
+TEST_CASE("batch ring waits a confused or hostile client sends are refused, and the ring is read-only",
+          "[serve][integration]") {
+  Fixture f;
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  ExpectedSamples expected(f.root + "/rec", *f.records);
+  testing::LocalConn conn(f.socket);
+  v1::LocalRequest req;
+  req.mutable_hello()->set_protocol_version(serve::kLocalProtocolVersion);
+  int arena_fd = -1;
+  auto hello = conn.Call(req, &arena_fd);
+  REQUIRE(hello.code() == 0);
+  REQUIRE(arena_fd >= 0);
+  ::close(arena_fd);
+  auto open = [&](bool ring, int* fd) {
+    v1::LocalRequest o;
+    o.mutable_open_loader()->set_dataset("rec");
+    o.mutable_open_loader()->set_batch_size(10);
+    o.mutable_open_loader()->set_batch_ring(ring);
+    o.mutable_open_loader()->set_world_size(1);
+    auto r = conn.Call(o, fd);
+    REQUIRE(r.code() == 0);
+    return r.open_loader();
+  };
+  auto wait = [&](uint64_t loader, bool ring, uint64_t index) {
+    v1::LocalRequest w;
+    w.mutable_next_batch()->set_loader_id(loader);
+    w.mutable_next_batch()->set_ring(ring);
+    w.mutable_next_batch()->set_ring_index(index);
+    w.mutable_next_batch()->set_timeout_ms(5000);
+    return conn.Call(w);
+  };
+  int ring_fd = -1;
+  const auto with_ring = open(true, &ring_fd);
+  REQUIRE(ring_fd >= 0);
+  REQUIRE(with_ring.ring_entries() == f.Options().slot_count / 2);
+  REQUIRE(with_ring.ring_bytes() == batch_ring::RingBytes(with_ring.ring_entries(), 10));
+  int no_fd = -1;
+  const auto without_ring = open(false, &no_fd);
+  REQUIRE(no_fd < 0);
+
+  // Asking the socket for a batch of a ring loader, or waiting on the ring of a loader without
+  // one, is a protocol error; so is an entry beyond the next unpublished one.
+  auto r = wait(with_ring.loader_id(), false, 0);
+  CHECK(r.code() == static_cast<uint32_t>(StatusCode::kFailedPrecondition));
+  CHECK(r.message().find("batch ring") != std::string::npos);
+  r = wait(without_ring.loader_id(), true, 0);
+  CHECK(r.code() == static_cast<uint32_t>(StatusCode::kFailedPrecondition));
+  r = wait(with_ring.loader_id(), true, 1000);
+  CHECK(r.code() == static_cast<uint32_t>(StatusCode::kInvalidArgument));
+  CHECK(r.message().find("entry 1000") != std::string::npos);
+
+  // A proper wait: entry 0 is there, and describes the plan's first batch, byte-exact.
+  r = wait(with_ring.loader_id(), true, 0);
+  REQUIRE(r.code() == 0);
+  REQUIRE(r.next_batch().ring_published() >= 1);
+  // The client can map the ring only read-only (F_SEAL_FUTURE_WRITE).
+  CHECK(mmap(nullptr, with_ring.ring_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, ring_fd, 0) == MAP_FAILED);
+  void* ring = mmap(nullptr, with_ring.ring_bytes(), PROT_READ, MAP_SHARED, ring_fd, 0);
+  ::close(ring_fd);
+  REQUIRE(ring != MAP_FAILED);
+  const auto* base = static_cast<const uint8_t*>(ring);
+  const auto& h = *reinterpret_cast<const batch_ring::RingHeader*>(base);
+  CHECK(h.magic == batch_ring::kMagic);
+  CHECK(h.published.load() >= 1);
+  const auto& e = *reinterpret_cast<const batch_ring::RingEntry*>(base + batch_ring::EntryOffset(0, h.entries, h.stride));
+  CHECK(e.index.load() == 0);
+  REQUIRE(e.samples == 10);
+  const auto* samples = reinterpret_cast<const batch_ring::RingSample*>(base + batch_ring::EntryOffset(0, h.entries, h.stride) + sizeof(batch_ring::RingEntry));
+  for (uint32_t k = 0; k < e.samples; ++k) {
+    CHECK(samples[k].id == k);  // shuffle none: file order
+    CHECK(samples[k].length == expected[k].size());
+  }
+  munmap(ring, with_ring.ring_bytes());
+  // Waits go on working after the refusals: the connection stays usable.
+  CHECK(wait(with_ring.loader_id(), true, 1).code() == 0);
 }
 
 TEST_CASE("a batch too large for a slot is refused with a clear error", "[serve][integration]") {

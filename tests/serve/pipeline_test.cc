@@ -2,8 +2,11 @@
 // delivered in plan order; a read error is reported once and the pipeline resumes at the
 // failed batch, so the trainer sees every sample of the epoch exactly once, in order. A slow
 // batch does not let the ones behind it take more than prefetch_batches slots, and a loader
-// whose client's other loaders hold every slot waits for one instead of failing.
+// whose client's other loaders hold every slot waits for one instead of failing. With a batch
+// ring, the same holds for batches published into it, and no more than its entries are held.
 #include <catch2/catch.hpp>
+
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/batch_ring.h"
 #include "daemon/plan/epoch_plan.h"
 #include "daemon/serve/arena.h"
 #include "daemon/serve/batch_assembler.h"
@@ -238,6 +242,98 @@ TEST_CASE("a pipeline assembling two batches at once delivers plan order and res
   for (uint64_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == (*plan)->SampleAt(0, i));
   pipeline.reset();
   CHECK((*arena)->FreeSlots() == 8);
+}
+
+TEST_CASE("a pipeline with a batch ring publishes plan order, holds at most its entries, and resumes after a read error",
+          "[serve][pipeline]") {
+  testing::TempDir tmp;
+  const std::string root = tmp.path() + "/data";
+  REQUIRE(MakeDirs(root).ok());
+  auto ds = testing::MakeRecordsDataset(root, "rec", 4, 250, 1000, 16 * 1024);
+  REQUIRE(ds.ok());
+  auto files = upstream::FileSource::Open(root);
+  REQUIRE(files.ok());
+  const int failures = GENERATE(0, 2);
+  FlakySource flaky(**files, /*bad_chunk=*/5, failures);
+  auto arena = serve::Arena::Create(2 << 20, 8);
+  REQUIRE(arena.ok());
+  serve::BatchAssemblerOptions ao;
+  ao.read_threads = 8;
+  serve::BatchAssembler assembler(flaky, ao);
+  auto locator = std::make_shared<serve::SampleLocator>(flaky, *ds);
+  plan::PlanOptions po;
+  po.seed = 5;
+  po.mode = plan::ShuffleMode::kGlobal;
+  po.batch_size = 10;
+  auto plan = plan::EpochPlan::Make(plan::LayoutOf(**ds), po);
+  REQUIRE(plan.ok());
+  serve::LoaderPipelineOptions lo;
+  lo.batch_size = 10;
+  lo.prefetch_batches = 2;
+  lo.lookahead_bytes = 0;
+  auto ring = serve::BatchRing::Create(3, 10);
+  REQUIRE(ring.ok());
+  const int ring_fd = (*ring)->fd();
+  const uint64_t ring_bytes = (*ring)->bytes();
+  LoaderPipeline pipeline(9, **arena, assembler, locator, *plan, lo, 0, std::move(*ring));
+  void* map = mmap(nullptr, ring_bytes, PROT_READ, MAP_SHARED, ring_fd, 0);
+  REQUIRE(map != MAP_FAILED);
+  const auto* base = static_cast<const uint8_t*>(map);
+  const auto& header = *reinterpret_cast<const batch_ring::RingHeader*>(base);
+  REQUIRE(header.entries == 3);
+
+  const auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(20); };
+  std::vector<uint64_t> got;
+  std::vector<uint32_t> held;  // slots of entries read and not yet released
+  int errors = 0;
+  for (uint64_t i = 0;;) {
+    auto w = pipeline.WaitPublished(i, deadline());
+    if (!w.ok()) {
+      CHECK(w.status().message().find("injected failure") != std::string::npos);
+      ++errors;
+      continue;
+    }
+    if (w->end_of_epoch) break;
+    REQUIRE(header.published.load() > i);
+    REQUIRE(header.published.load() <= i + 3 - held.size());
+    const uint8_t* at = base + batch_ring::EntryOffset(i, 3, header.stride);
+    const auto& e = *reinterpret_cast<const batch_ring::RingEntry*>(at);
+    REQUIRE(e.index.load() == i);
+    const auto* samples = reinterpret_cast<const batch_ring::RingSample*>(at + sizeof(batch_ring::RingEntry));
+    const uint8_t* payload = (*arena)->SlotData(e.slot);
+    for (uint32_t k = 0; k < e.samples; ++k) {
+      const uint64_t id = samples[k].id;
+      REQUIRE(samples[k].length == 1000);
+      REQUIRE(std::string(reinterpret_cast<const char*>(payload + samples[k].offset), 1000) ==
+              testing::RecordBytes(1, static_cast<uint32_t>(id / 250), id % 250, 1000));
+      got.push_back(id);
+    }
+    held.push_back(e.slot);
+    ++i;
+    // Hold two batches at a time: with 3 entries the ring never describes more than one ahead.
+    if (held.size() == 2) {
+      auto next = pipeline.WaitPublished(i, deadline());
+      while (!next.ok()) {  // an injected failure; the batch is assembled again
+        ++errors;
+        next = pipeline.WaitPublished(i, deadline());
+      }
+      if (!next->end_of_epoch) CHECK(header.published.load() == i + 1);
+      REQUIRE((*arena)->Release(held.front(), 9).ok());
+      held.erase(held.begin());
+      pipeline.OnReleased();
+    }
+  }
+  CHECK(errors >= (failures > 0 ? 1 : 0));
+  REQUIRE(got.size() == 1000);
+  for (uint64_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == (*plan)->SampleAt(0, k));
+  // Past the end, and beyond the next unpublished entry.
+  auto past = pipeline.WaitPublished(header.published.load(), deadline());
+  REQUIRE(past.ok());
+  CHECK(past->end_of_epoch);
+  CHECK(pipeline.WaitPublished(header.published.load() + 1, deadline()).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(pipeline.Next(deadline()).status().code() == StatusCode::kFailedPrecondition);
+  munmap(map, ring_bytes);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Warm jobs of the local service (WarmDataset / WarmStatus, local protocol 2) over a real Unix
 // socket, with a FileSource behind a source that can hold or slow its reads: a job belongs to
 // the daemon, not to the connection that started it; one job per dataset; a cap on jobs at once;
-// Stop() cancels a running job promptly; version-1 clients still say Hello.
+// Stop() cancels a running job promptly; version-1 and -2 clients still say Hello.
 #include <catch2/catch.hpp>
 
 #include <sys/socket.h>
@@ -23,6 +23,7 @@
 #include "testing/eventually.h"
 #include "testing/temp_dir.h"
 #include "testing/forwarding_source.h"
+#include "testing/local_conn.h"
 
 using namespace shardcache;
 using shardcache::testing::Eventually;
@@ -65,32 +66,10 @@ class GateSource final : public testing::ForwardingSource {
   const std::chrono::milliseconds per_chunk_;
 };
 
-// A bare control connection: framed LocalRequest / LocalResponse, no Hello.
-class Conn {
+// A bare control connection (no Hello) with the warm requests.
+class Conn : public testing::LocalConn {
  public:
-  explicit Conn(const std::string& path) : fd_(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strcpy(addr.sun_path, path.c_str());
-    REQUIRE(::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  }
-  v1::LocalResponse Call(const v1::LocalRequest& req) {
-    std::string body;
-    req.SerializeToString(&body);
-    const uint32_t len = static_cast<uint32_t>(body.size());
-    std::string frame(4, '\0');
-    for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-    frame += body;
-    REQUIRE(::send(fd_.get(), frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size()));
-    uint8_t hdr[4];
-    ReadFull(hdr, 4);
-    const uint32_t rlen = uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 | uint32_t{hdr[3]} << 24;
-    std::string rbody(rlen, '\0');
-    ReadFull(reinterpret_cast<uint8_t*>(rbody.data()), rlen);
-    v1::LocalResponse resp;
-    REQUIRE(resp.ParseFromString(rbody));
-    return resp;
-  }
+  using LocalConn::LocalConn;
   v1::LocalResponse Warm(const std::string& dataset) {
     v1::LocalRequest req;
     req.mutable_warm_dataset()->set_dataset(dataset);
@@ -101,17 +80,6 @@ class Conn {
     req.mutable_warm_status()->set_warm_id(id);
     return Call(req);
   }
-
- private:
-  void ReadFull(uint8_t* p, size_t n) {
-    while (n > 0) {
-      const ssize_t r = ::read(fd_.get(), p, n);
-      REQUIRE(r > 0);
-      p += r;
-      n -= static_cast<size_t>(r);
-    }
-  }
-  UniqueFd fd_;
 };
 
 struct WarmFixture {
@@ -249,11 +217,11 @@ TEST_CASE("Stop() cancels a running warm job promptly", "[serve][warm]") {
   CHECK(slow.chunks_.load() == read);  // nothing reads after Stop()
 }
 
-TEST_CASE("a version-1 client's Hello is still accepted by a version-2 daemon", "[serve][warm]") {
+TEST_CASE("version-1 and -2 clients' Hellos are still accepted", "[serve][warm]") {
   WarmFixture f;
   serve::LocalService svc(*f.files, f.Options());
   REQUIRE(svc.Start().ok());
-  for (uint32_t v : {1u, serve::kLocalProtocolVersion}) {
+  for (uint32_t v : {1u, 2u, serve::kLocalProtocolVersion}) {
     Conn c(f.socket);
     v1::LocalRequest req;
     req.mutable_hello()->set_protocol_version(v);

@@ -19,12 +19,13 @@
 // Errors are Status / Result (common/status.h, installed beside this header); no exceptions.
 // The library needs only libprotobuf-lite: no gRPC, no RocksDB.
 //
-// Latency: Next() keeps up to kBatchesReadAhead requests for the following batches outstanding
-// (polls that do not wait), so a trainer that computes longer than the daemon needs to assemble
-// a batch finds the next ones already described in its socket, even when the daemon was late
-// to answer one. Each batch read ahead holds an arena slot. Releases and polls are written
-// together, a few at a time: a released batch's slot returns to the daemon with the next write
-// on its connection (at the latest after 4 releases, or with any other call).
+// Latency: the daemon describes each loader's next batches in a shared-memory batch ring as
+// soon as they are assembled (local protocol 3), so when the trainer computes longer than the
+// daemon needs to assemble a batch, Next() finds it there: no system call, no daemon thread
+// woken. Only a Next() that finds the ring empty asks the daemon over the socket and waits.
+// Each batch described ahead holds an arena slot. Releases are written a few at a time: a
+// released batch's slot returns to the daemon with the next write on its connection (at the
+// latest after 4 releases, or with any other call).
 //
 // Thread safety: a Client and its Loaders may be used from several threads; requests on one
 // connection are serialized, and Next() calls on one Loader are serialized. A Batch may be read from any thread and destroyed on any thread.
@@ -43,8 +44,6 @@
 namespace shardcache {
 
 inline constexpr char kDefaultSocketPath[] = "/run/shardcache/shardcached.sock";
-// Batches a Loader asks the daemon for ahead of Next() (see "Latency" above).
-inline constexpr uint32_t kBatchesReadAhead = 4;
 
 enum class Shuffle { kNone = 0, kGlobal = 1, kBlock = 2 };
 
@@ -145,9 +144,9 @@ class Loader {
 
   // Resume point, tracked locally: the samples Next() returned.
   LoaderState state() const;
-  // The daemon's view: samples it handed to this client, which may include up to
-  // kBatchesReadAhead batches the client library read ahead and has not returned from Next()
-  // yet. Resume from state().
+  // The daemon's view: samples it handed to this client, which include the batches it has
+  // described in the loader's batch ring and Next() has not returned yet (at most
+  // ring_entries()). Resume from state().
   Result<LoaderState> QueryState();
 
   uint64_t samples_per_epoch() const;
@@ -155,6 +154,8 @@ class Loader {
   uint64_t record_bytes() const;
   const std::string& version() const;
   const LoaderOptions& options() const;
+  // Batches the daemon describes ahead at most (the size of the loader's batch ring).
+  uint32_t ring_entries() const;
 
  private:
   friend class Client;
