@@ -180,38 +180,59 @@ TEST_CASE("a loader whose client's other loaders hold every slot waits for one i
   CHECK(d->batch.sample_ids.front() == 0);
 }
 
+// 4 shards x 250 records of 1000 bytes in 16 KiB chunks (records straddle chunk edges) behind
+// a FlakySource failing chunk 5 of shard 0 `failures` times; a global-shuffle plan in batches
+// of 10 and an arena of 8 slots.
+struct FlakyRig {
+  explicit FlakyRig(int failures) {
+    REQUIRE(MakeDirs(root).ok());
+    auto d = testing::MakeRecordsDataset(root, "rec", 4, 250, 1000, 16 * 1024);
+    REQUIRE(d.ok());
+    ds = *d;
+    auto f = upstream::FileSource::Open(root);
+    REQUIRE(f.ok());
+    files = std::move(*f);
+    flaky = std::make_unique<FlakySource>(*files, /*bad_chunk=*/5, failures);
+    auto a = serve::Arena::Create(2 << 20, 8);
+    REQUIRE(a.ok());
+    arena = std::move(*a);
+    serve::BatchAssemblerOptions ao;
+    ao.read_threads = 8;
+    assembler = std::make_unique<serve::BatchAssembler>(*flaky, ao);
+    locator = std::make_shared<serve::SampleLocator>(*flaky, ds);
+    plan::PlanOptions po;
+    po.seed = 5;
+    po.mode = plan::ShuffleMode::kGlobal;
+    po.batch_size = 10;
+    auto p = plan::EpochPlan::Make(plan::LayoutOf(*ds), po);
+    REQUIRE(p.ok());
+    epoch_plan = *p;
+  }
+  testing::TempDir tmp;
+  std::string root = tmp.path() + "/data";
+  dataset::DatasetPtr ds;
+  std::unique_ptr<ChunkSource> files;
+  std::unique_ptr<FlakySource> flaky;
+  std::unique_ptr<serve::Arena> arena;
+  std::unique_ptr<serve::BatchAssembler> assembler;
+  std::shared_ptr<serve::SampleLocator> locator;
+  std::shared_ptr<const plan::EpochPlan> epoch_plan;
+};
+
 TEST_CASE("a pipeline assembling two batches at once delivers plan order and resumes after a read error",
           "[serve][pipeline]") {
-  testing::TempDir tmp;
-  const std::string root = tmp.path() + "/data";
-  REQUIRE(MakeDirs(root).ok());
-  // 4 shards x 250 records of 1000 bytes in 16 KiB chunks: records straddle chunk edges.
-  auto ds = testing::MakeRecordsDataset(root, "rec", 4, 250, 1000, 16 * 1024);
-  REQUIRE(ds.ok());
-  auto files = upstream::FileSource::Open(root);
-  REQUIRE(files.ok());
   const int failures = GENERATE(0, 1, 3);
-  FlakySource flaky(**files, /*bad_chunk=*/5, failures);
-
-  auto arena = serve::Arena::Create(2 << 20, 8);
-  REQUIRE(arena.ok());
-  serve::BatchAssemblerOptions ao;
-  ao.read_threads = 8;
-  serve::BatchAssembler assembler(flaky, ao);
-  auto locator = std::make_shared<serve::SampleLocator>(flaky, *ds);
-  plan::PlanOptions po;
-  po.seed = 5;
-  po.mode = plan::ShuffleMode::kGlobal;
-  po.batch_size = 10;
-  auto plan = plan::EpochPlan::Make(plan::LayoutOf(**ds), po);
-  REQUIRE(plan.ok());
+  FlakyRig rig(failures);
+  auto& arena = rig.arena;
+  auto& flaky = *rig.flaky;
+  const auto& plan = rig.epoch_plan;
 
   serve::LoaderPipelineOptions lo;
   lo.batch_size = 10;
   lo.prefetch_batches = 4;
   lo.assemble_depth = 2;
   lo.lookahead_bytes = 0;  // no warm reads: the failures reach the batches themselves
-  auto pipeline = std::make_unique<LoaderPipeline>(7, **arena, assembler, locator, *plan, lo, 0);
+  auto pipeline = std::make_unique<LoaderPipeline>(7, *arena, *rig.assembler, rig.locator, plan, lo, 0);
 
   std::vector<uint64_t> got;
   int errors = 0;
@@ -224,7 +245,7 @@ TEST_CASE("a pipeline assembling two batches at once delivers plan order and res
       continue;
     }
     if (d->end_of_epoch) break;
-    const uint8_t* payload = (*arena)->SlotData(d->slot);
+    const uint8_t* payload = arena->SlotData(d->slot);
     for (size_t i = 0; i < d->batch.sample_ids.size(); ++i) {
       const uint64_t id = d->batch.sample_ids[i];
       const std::string want = testing::RecordBytes(1, static_cast<uint32_t>(id / 250), id % 250, 1000);
@@ -232,41 +253,24 @@ TEST_CASE("a pipeline assembling two batches at once delivers plan order and res
       REQUIRE(std::string(reinterpret_cast<const char*>(payload + d->batch.offsets[i]), 1000) == want);
       got.push_back(id);
     }
-    REQUIRE((*arena)->Release(d->slot, 7).ok());
+    REQUIRE(arena->Release(d->slot, 7).ok());
   }
   // Every failed read surfaced once (a batch that failed while a later one was in flight may
   // take the later one down with it, but never delivers it early or twice).
   CHECK(errors >= (failures > 0 ? 1 : 0));
   CHECK(errors <= flaky.failed_.load());
   REQUIRE(got.size() == 1000);
-  for (uint64_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == (*plan)->SampleAt(0, i));
+  for (uint64_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == plan->SampleAt(0, i));
   pipeline.reset();
-  CHECK((*arena)->FreeSlots() == 8);
+  CHECK(arena->FreeSlots() == 8);
 }
 
 TEST_CASE("a pipeline with a batch ring publishes plan order, holds at most its entries, and resumes after a read error",
           "[serve][pipeline]") {
-  testing::TempDir tmp;
-  const std::string root = tmp.path() + "/data";
-  REQUIRE(MakeDirs(root).ok());
-  auto ds = testing::MakeRecordsDataset(root, "rec", 4, 250, 1000, 16 * 1024);
-  REQUIRE(ds.ok());
-  auto files = upstream::FileSource::Open(root);
-  REQUIRE(files.ok());
   const int failures = GENERATE(0, 2);
-  FlakySource flaky(**files, /*bad_chunk=*/5, failures);
-  auto arena = serve::Arena::Create(2 << 20, 8);
-  REQUIRE(arena.ok());
-  serve::BatchAssemblerOptions ao;
-  ao.read_threads = 8;
-  serve::BatchAssembler assembler(flaky, ao);
-  auto locator = std::make_shared<serve::SampleLocator>(flaky, *ds);
-  plan::PlanOptions po;
-  po.seed = 5;
-  po.mode = plan::ShuffleMode::kGlobal;
-  po.batch_size = 10;
-  auto plan = plan::EpochPlan::Make(plan::LayoutOf(**ds), po);
-  REQUIRE(plan.ok());
+  FlakyRig rig(failures);
+  auto& arena = rig.arena;
+  const auto& plan = rig.epoch_plan;
   serve::LoaderPipelineOptions lo;
   lo.batch_size = 10;
   lo.prefetch_batches = 2;
@@ -275,7 +279,7 @@ TEST_CASE("a pipeline with a batch ring publishes plan order, holds at most its 
   REQUIRE(ring.ok());
   const int ring_fd = (*ring)->fd();
   const uint64_t ring_bytes = (*ring)->bytes();
-  LoaderPipeline pipeline(9, **arena, assembler, locator, *plan, lo, 0, std::move(*ring));
+  LoaderPipeline pipeline(9, *arena, *rig.assembler, rig.locator, plan, lo, 0, std::move(*ring));
   void* map = mmap(nullptr, ring_bytes, PROT_READ, MAP_SHARED, ring_fd, 0);
   REQUIRE(map != MAP_FAILED);
   const auto* base = static_cast<const uint8_t*>(map);
@@ -300,7 +304,7 @@ TEST_CASE("a pipeline with a batch ring publishes plan order, holds at most its 
     const auto& e = *reinterpret_cast<const batch_ring::RingEntry*>(at);
     REQUIRE(e.index.load() == i);
     const auto* samples = reinterpret_cast<const batch_ring::RingSample*>(at + sizeof(batch_ring::RingEntry));
-    const uint8_t* payload = (*arena)->SlotData(e.slot);
+    const uint8_t* payload = arena->SlotData(e.slot);
     for (uint32_t k = 0; k < e.samples; ++k) {
       const uint64_t id = samples[k].id;
       REQUIRE(samples[k].length == 1000);
@@ -318,14 +322,14 @@ TEST_CASE("a pipeline with a batch ring publishes plan order, holds at most its 
         next = pipeline.WaitPublished(i, deadline());
       }
       if (!next->end_of_epoch) CHECK(header.published.load() == i + 1);
-      REQUIRE((*arena)->Release(held.front(), 9).ok());
+      REQUIRE(arena->Release(held.front(), 9).ok());
       held.erase(held.begin());
       pipeline.OnReleased();
     }
   }
   CHECK(errors >= (failures > 0 ? 1 : 0));
   REQUIRE(got.size() == 1000);
-  for (uint64_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == (*plan)->SampleAt(0, k));
+  for (uint64_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == plan->SampleAt(0, k));
   // Past the end, and beyond the next unpublished entry.
   auto past = pipeline.WaitPublished(header.published.load(), deadline());
   REQUIRE(past.ok());
