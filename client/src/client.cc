@@ -4,6 +4,7 @@
 
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -213,19 +214,25 @@ struct LoaderCore {
   // Maps the ring passed with the OpenLoaderResponse and checks its header.
   Status MapRing(int fd, const v1::OpenLoaderResponse& r) {
     if (fd < 0) return DataLoss("shardcached did not pass the batch ring of loader " + std::to_string(id));
+    // Every byte the client reads must lie in the file: a shorter one would fault (SIGBUS).
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || r.ring_bytes() < sizeof(batch_ring::RingHeader) ||
+        static_cast<uint64_t>(st.st_size) < r.ring_bytes()) {
+      close(fd);
+      return DataLoss("shardcached passed a batch ring of " + std::to_string(st.st_size) + " bytes for " +
+                      std::to_string(r.ring_bytes()));
+    }
     void* p = mmap(nullptr, r.ring_bytes(), PROT_READ, MAP_SHARED, fd, 0);
     const int err = errno;
     close(fd);
-    if (r.ring_bytes() == 0 || p == MAP_FAILED) {
-      return Internal(std::string("mapping the batch ring: ") + (r.ring_bytes() == 0 ? "empty" : std::strerror(err)));
-    }
+    if (p == MAP_FAILED) return Internal(std::string("mapping the batch ring: ") + std::strerror(err));
     ring = static_cast<const uint8_t*>(p);
     ring_bytes = r.ring_bytes();
     const auto& h = *reinterpret_cast<const batch_ring::RingHeader*>(ring);
     ring_entries = h.entries;
     ring_max_samples = h.max_samples;
     ring_stride = h.stride;
-    if (ring_bytes < sizeof(batch_ring::RingHeader) || h.magic != batch_ring::kMagic ||
+    if (h.magic != batch_ring::kMagic ||
         h.layout_version != batch_ring::kLayoutVersion || ring_entries == 0 || ring_entries != r.ring_entries() ||
         ring_max_samples < options.batch_size || ring_stride != batch_ring::Stride(ring_max_samples) ||
         batch_ring::RingBytes(ring_entries, ring_max_samples) > ring_bytes) {

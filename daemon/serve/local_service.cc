@@ -515,13 +515,13 @@ void LocalService::Serve(Connection* c) {
         lo.batch_size = o.batch_size();
         lo.rank = o.rank();
         lo.prefetch_batches = options_.prefetch_batches;
-        // A ring loader holds at most half the arena, so a client's second loader always finds
-        // slots (loaders of protocol 1-2 clients keep their old, unlimited share).
-        if (o.batch_ring()) lo.max_slots = std::max(1u, c->arena->slot_count() / 2);
         lo.lookahead_bytes_live = &lookahead_bytes_;
         std::unique_ptr<BatchRing> ring;
         if (o.batch_ring()) {
-          auto r = BatchRing::Create(std::clamp(c->arena->slot_count() / 2, 1u, kRingEntries), o.batch_size());
+          // A ring loader holds at most half the arena, so a client's second loader always finds
+          // slots (loaders of protocol 1-2 clients keep their old, unlimited share).
+          lo.max_slots = std::max(1u, c->arena->slot_count() / 2);
+          auto r = BatchRing::Create(std::min(lo.max_slots, kRingEntries), o.batch_size());
           if (!r.ok()) {
             s = r.status();
             break;

@@ -13,6 +13,11 @@ constexpr auto kIdlePoll = std::chrono::milliseconds(50);
 
 uint64_t ChunkKey(uint32_t shard, uint64_t chunk) { return (uint64_t{shard} << 40) ^ chunk; }
 
+uint64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+}
+
 // Longest run of chunks one warm read asks for (the upstream splits it over its streams).
 constexpr uint64_t kMaxWarmRunChunks = 64;
 
@@ -258,6 +263,7 @@ Status LoaderPipeline::BlockedLocked(bool ring_full) {
     cv_.notify_all();
     return s;
   }
+  if (consumed_ >= total_) return Status::Ok();  // the caller reports the end of the epoch
   if (ring_full) {
     return ResourceExhausted("the client holds " + std::to_string(ring_->entries()) + " batches of loader " +
                              std::to_string(id_) + ", as many as its batch ring describes; release a batch "
@@ -273,15 +279,6 @@ Status LoaderPipeline::BlockedLocked(bool ring_full) {
   }
   return Status::Ok();
 }
-
-namespace {
-
-uint64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
-}
-
-}  // namespace
 
 bool LoaderPipeline::Warm() {
   const uint64_t lookahead = options_.lookahead_bytes_live
@@ -376,7 +373,7 @@ Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock
       CountWait(d.wait_us);
       return d;
     }
-    if (!error_.ok() || consumed_ < total_) SC_RETURN_IF_ERROR(BlockedLocked(/*ring_full=*/false));
+    SC_RETURN_IF_ERROR(BlockedLocked(/*ring_full=*/false));
     if (consumed_ >= total_) {
       Delivered d;
       d.end_of_epoch = true;
@@ -408,9 +405,7 @@ Result<LoaderPipeline::RingWait> LoaderPipeline::WaitPublished(uint64_t index,
       CountWait(w.wait_us);
       return w;
     }
-    if (!error_.ok() || consumed_ < total_) {
-      SC_RETURN_IF_ERROR(BlockedLocked(arena_.SlotsIn(Arena::SlotState::kDelivered, id_) >= ring_->entries()));
-    }
+    SC_RETURN_IF_ERROR(BlockedLocked(arena_.SlotsIn(Arena::SlotState::kDelivered, id_) >= ring_->entries()));
     if (consumed_ >= total_) {
       RingWait w;
       w.end_of_epoch = true;

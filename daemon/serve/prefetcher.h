@@ -141,8 +141,9 @@ class LoaderPipeline {
   bool Warm();
   // REQUIRES: mu_ held. Moves ready batches into the ring while it has room.
   void PublishLocked();
-  // REQUIRES: mu_ held. The loader's error, or ResourceExhausted when only the client can free
-  // a slot for the next batch (`ring_full`: its ring entries are all held); OK otherwise.
+  // REQUIRES: mu_ held. The loader's error (once), or — while samples remain — ResourceExhausted
+  // when only the client can free a slot for the next batch (`ring_full`: its ring entries are
+  // all held); OK otherwise.
   Status BlockedLocked(bool ring_full);
   // Counts a batch handed to the client.
   void CountDelivered(const Delivered& d);
