@@ -257,6 +257,13 @@ Status CachedSource::ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint6
       while (j < slots.size() && !slots[j].chunk) {
         auto t = flights_.Join(slots[j].key);
         if (!t.leader()) break;  // someone else fetches it; we will follow when we get there
+        // Like the first chunk, this one may have landed since the lookup: then the run ends
+        // here and the chunk is delivered from memory, not fetched a second time.
+        if (ChunkPtr c = FindCached(slots[j].key, slots[j].length, slots[j].hash, &slots[j].tier)) {
+          t.Publish(Result<ChunkPtr>(c));
+          slots[j].chunk = std::move(c);
+          break;
+        }
         run.push_back(std::move(t));
         ++j;
       }

@@ -110,6 +110,35 @@ TEST_CASE("cached source: overlapping concurrent range reads fetch every chunk e
   for (uint64_t c = 0; c < 32; ++c) CHECK(f.upstream->FetchCount(0, c) <= 1);
 }
 
+TEST_CASE("cached source: a chunk that lands while a reader waits is not fetched again by that reader's run",
+          "[cache][source][single_flight]") {
+  // Reader A looks up chunks 0-2 (all cold), then waits for chunk 0, which B is fetching.
+  // Meanwhile C fetches chunk 2. When A goes on, it leads a run from chunk 1 and must end the
+  // run at chunk 2, which is now cached, instead of fetching it a second time.
+  TempDir dir;
+  Fixture f(SmallCacheOptions(dir / "cache"));
+  f.upstream->delay_ms = 1000;  // B's flight of chunk 0 stays open
+  std::thread b([&] { CHECK(f.cache->ReadChunk(f.dataset, 0, 0, ReadOptions()).ok()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::atomic<int> bad{0};
+  std::thread a([&] {
+    Status s = f.cache->ReadChunks(f.dataset, 0, 0, 3, ReadOptions(), [&](uint64_t c, const ChunkPtr& chunk) {
+      if (chunk->hash != dataset::ChunkHash(f.dataset->manifest, 0, c)) ++bad;
+      return Status::Ok();
+    });
+    if (!s.ok()) ++bad;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // A is waiting for chunk 0
+  f.upstream->delay_ms = 0;
+  REQUIRE(f.cache->ReadChunk(f.dataset, 0, 2, ReadOptions()).ok());  // C
+  b.join();
+  a.join();
+  CHECK(bad.load() == 0);
+  CHECK(f.upstream->FetchCount(0, 0) == 1);
+  CHECK(f.upstream->FetchCount(0, 1) == 1);
+  CHECK(f.upstream->FetchCount(0, 2) == 1);
+}
+
 TEST_CASE("cached source: with the upstream dead, cached chunks are served and the rest fail Unavailable",
           "[cache][source][faults]") {
   TempDir dir;
