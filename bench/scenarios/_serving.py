@@ -177,6 +177,15 @@ class Daemon:
                 pass
         return out
 
+    def wait_no_clients(self, timeout=30):
+        """Waits until the daemon has torn down every client connection (loaders stopped, arenas
+        unmapped): a measured trainer then does not share the CPUs with the last one's teardown."""
+        deadline = time.time() + timeout
+        while self.metric("shardcache_serve_connections", 1.0) > 0:
+            if time.time() > deadline:
+                raise CannotMeasure("shardcached still counts client connections after the trainers exited")
+            time.sleep(0.05)
+
     def metric(self, name, default=0.0):
         return self.metrics().get(name, default)
 

@@ -21,18 +21,19 @@
 namespace shardcache {
 namespace client_internal {
 
-constexpr uint32_t kProtocolVersion = 3;
+constexpr uint32_t kProtocolVersion = 4;
 constexpr uint32_t kMaxMessageBytes = 16u << 20;
 constexpr uint32_t kMaxUnsentReleases = 4;
 
 // One socket and one arena mapping.
 //
-// The daemon answers requests in order, one response each. Besides plain calls (send, wait
-// for the answer) the connection queues ReleaseBatch requests without waiting: they are
-// written together with the next call, or once kMaxUnsentReleases wait, and their (empty)
-// answers are read and dropped before the next call's. Every write wakes a daemon thread, and
-// on a busy node that thread can take the CPU from the trainer, so a trainer pays one wake-up
-// per few batches instead of one per batch. Everything is serialized by mu.
+// The daemon answers requests in order, one response each, except releases sent with
+// no_reply (protocol 4). Besides plain calls (send, wait for the answer) the connection queues
+// those releases: they are written together with the next call, or once kMaxUnsentReleases
+// wait. Every write wakes a daemon thread, and on a busy node that thread can take the CPU from
+// the trainer, so a trainer pays one wake-up per few batches instead of one per batch. With no
+// answers to releases, the only response in flight is the current call's, and a descriptor
+// that comes with it is that call's. Everything is serialized by mu.
 struct Connection {
   int fd = -1;
   const uint8_t* arena = nullptr;
@@ -44,16 +45,11 @@ struct Connection {
   bool broken = false;           // GUARDED_BY(mu): every call fails fast
   std::string unsent;            // GUARDED_BY(mu): queued release frames
   uint32_t unsent_releases = 0;  // GUARDED_BY(mu)
-  size_t unanswered = 0;         // GUARDED_BY(mu): releases sent or queued, answers not read
   std::vector<uint8_t> in = std::vector<uint8_t>(64 << 10);  // GUARDED_BY(mu): read, not yet parsed
   size_t in_begin = 0, in_end = 0;                            // GUARDED_BY(mu)
-  // GUARDED_BY(mu): a descriptor that arrived while earlier answers were read (one read can
-  // take several answers); it belongs to the next answer that carries one.
-  int early_fd = -1;
 
   ~Connection() {
     if (arena != nullptr) munmap(const_cast<uint8_t*>(arena), arena_bytes);
-    if (early_fd >= 0) close(early_fd);
     if (fd >= 0) close(fd);
   }
 
@@ -66,24 +62,17 @@ struct Connection {
     Status send_error = FlushLocked();
     // After a failed send, a response may still be waiting: a daemon that refuses a peer answers
     // PermissionDenied before it closes, and that answer says more than EPIPE.
-    Status s = DrainLocked();
-    if (s.ok()) s = ReceiveLocked(resp, received_fd);
-    if (received_fd && *received_fd < 0 && early_fd >= 0) std::swap(*received_fd, early_fd);
-    if (early_fd >= 0) {  // nobody expects it: never leak a descriptor
-      close(early_fd);
-      early_fd = -1;
-    }
+    Status s = ReceiveLocked(resp, received_fd);
     if (!send_error.ok() || !s.ok()) broken = true;
     if (!s.ok()) return send_error.ok() ? s : send_error;
     return StatusOf(*resp);
   }
 
-  // Queues a ReleaseBatch without waiting for its answer.
+  // Queues a ReleaseBatch (sent with no_reply: nothing to wait for, nothing to read).
   void QueueRelease(const v1::LocalRequest& req) {
     std::lock_guard<std::mutex> l(mu);
     if (broken) return;
     AppendLocked(req);
-    ++unanswered;
     if (++unsent_releases >= kMaxUnsentReleases && !FlushLocked().ok()) broken = true;
   }
 
@@ -112,16 +101,6 @@ struct Connection {
     return Status::Ok();
   }
 
-  // Reads the answers to the releases sent without waiting; an error in one only means the
-  // slot was already free.
-  Status DrainLocked() {
-    for (; unanswered > 0; --unanswered) {
-      v1::LocalResponse r;
-      SC_RETURN_IF_ERROR(ReceiveLocked(&r, nullptr));
-    }
-    return Status::Ok();
-  }
-
   Status ReceiveLocked(v1::LocalResponse* resp, int* received_fd) {
     if (received_fd) *received_fd = -1;
     uint8_t hdr[4];
@@ -139,8 +118,8 @@ struct Connection {
   }
 
   // Reads exactly n bytes, collecting a descriptor passed with SCM_RIGHTS. Reads the socket a
-  // buffer at a time: the answers to queued requests usually arrive together, and each read is
-  // a system call.
+  // buffer at a time: a response's length and body arrive together, and each read is a system
+  // call.
   Status Receive(uint8_t* p, size_t n, int* received_fd) {
     while (n > 0) {
       if (in_begin == in_end) {
@@ -163,8 +142,6 @@ struct Connection {
             std::memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
             if (received_fd && *received_fd < 0) {
               *received_fd = got;
-            } else if (early_fd < 0) {
-              early_fd = got;
             } else {
               close(got);  // unexpected: never leak a descriptor
             }
@@ -287,6 +264,7 @@ Status Batch::Release() {
   v1::LocalRequest req;
   req.mutable_release_batch()->set_loader_id(core_->id);
   req.mutable_release_batch()->set_slot(slot_);
+  req.mutable_release_batch()->set_no_reply(true);
   core_->conn->QueueRelease(req);
   core_.reset();
   data_ = nullptr;

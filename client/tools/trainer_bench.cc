@@ -3,8 +3,9 @@
 // JSON object per epoch with what it measured:
 //   {"epoch":E,"rank":R,"samples":N,"bytes":B,"batches":K,"wall_s":W,"mbit":M,
 //    "next_p50_us":..,"next_p99_us":..,"stall_s":S,"stall_fraction":S/W,"daemon_wait_us":..,
-//    "slow_nexts":N,"slow_next_s":..}
+//    "slow_nexts":N,"slow_next_s":..,"open_us":..}
 // stall = time spent inside Loader::Next() (waiting for data), as the trainer sees it;
+// open_us: OpenLoader's round trip (not part of the wall time);
 // slow_nexts / slow_next_s: the calls after the first that took over 1 ms, and their time.
 //
 //   sc_trainer_bench --socket PATH --dataset NAME [--batch-size 32] [--shuffle none|global|block]
@@ -83,7 +84,9 @@ int main(int argc, char** argv) {
   const uint64_t first_epoch = o.epoch;
   for (uint64_t e = first_epoch; e < first_epoch + epochs; ++e) {
     o.epoch = e;
+    const auto open0 = Clock::now();
     auto loader = (*client)->OpenLoader(o);
+    const double open_us = std::chrono::duration<double, std::micro>(Clock::now() - open0).count();
     if (!loader.ok()) {
       std::fprintf(stderr, "sc_trainer_bench: %s\n", loader.status().ToString().c_str());
       return 1;
@@ -132,12 +135,12 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"epoch\":%llu,\"rank\":%u,\"samples\":%llu,\"bytes\":%llu,\"batches\":%zu,"
         "\"wall_s\":%.6f,\"mbit\":%.3f,\"next_p50_us\":%.1f,\"next_p99_us\":%.1f,"
-        "\"first_next_us\":%.1f,\"max_next_us\":%.1f,\"stall_s\":%.6f,\"stall_fraction\":%.5f,\"daemon_wait_us\":%llu,\"slow_nexts\":%llu,\"slow_next_s\":%.6f,\"touch_sum\":%llu}\n",
+        "\"first_next_us\":%.1f,\"max_next_us\":%.1f,\"stall_s\":%.6f,\"stall_fraction\":%.5f,\"daemon_wait_us\":%llu,\"slow_nexts\":%llu,\"slow_next_s\":%.6f,\"touch_sum\":%llu,\"open_us\":%.1f}\n",
         static_cast<unsigned long long>(e), o.rank, static_cast<unsigned long long>(samples),
         static_cast<unsigned long long>(bytes), next_us.size(), wall,
         wall > 0 ? bytes * 8 / wall / 1e6 : 0.0, Percentile(next_us, 0.5), Percentile(next_us, 0.99),
         next_us.empty() ? 0.0 : next_us.front(), Percentile(next_us, 1.0), stall_s, wall > 0 ? stall_s / wall : 0.0, static_cast<unsigned long long>(daemon_wait_us),
-        static_cast<unsigned long long>(slow_nexts), slow_next_s, static_cast<unsigned long long>(sum));
+        static_cast<unsigned long long>(slow_nexts), slow_next_s, static_cast<unsigned long long>(sum), open_us);
     std::fflush(stdout);
   }
   return 0;

@@ -15,7 +15,7 @@ namespace {
 
 // Create faults in this much of the arena: the same stretch (kPrefaultStep) of every slot,
 // then the next one. 64 MiB is the first 4 MiB of 16 slots.
-constexpr uint64_t kPrefaultBytes = 64 << 20;
+constexpr uint64_t kCreatePrefaultBytes = 64 << 20;
 constexpr uint64_t kPrefaultStep = 256 << 10;
 
 }  // namespace
@@ -44,25 +44,36 @@ Result<std::unique_ptr<Arena>> Arena::Create(uint64_t arena_bytes, uint32_t slot
   if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap of the batch arena");
   a->base_ = static_cast<uint8_t*>(p);
   a->slots_.resize(slot_count);
-  a->Prefault(kPrefaultBytes);
+  a->faulted_front_.resize(slot_count);
+  a->PrefaultFronts(a->slot_bytes_, kCreatePrefaultBytes);
   return a;
 }
 
-void Arena::Prefault(uint64_t max_bytes) {
-  for (uint64_t off = 0; off < slot_bytes_; off += kPrefaultStep) {
-    const uint64_t len = std::min(kPrefaultStep, slot_bytes_ - off);
+void Arena::PrefaultFronts(uint64_t front_bytes, uint64_t max_bytes) {
+  std::lock_guard<std::mutex> l(prefault_mu_);
+  const uint64_t front = std::min(front_bytes, slot_bytes_);
+  for (uint64_t off = 0; off < front; off += kPrefaultStep) {
+    const uint64_t end = std::min(off + kPrefaultStep, front);
     for (uint32_t slot = 0; slot < slot_count_; ++slot) {
       if (prefaulted_bytes_ >= max_bytes) return;
-      // Only faults pages in (no write). EINVAL: a kernel before 5.14. ENOMEM and the like:
-      // memory is short, and the batches that need it will say so. Either way pages are then
-      // faulted on first use.
-      if (madvise(SlotData(slot) + off, len, MADV_POPULATE_WRITE) != 0) {
+      uint64_t& done = faulted_front_[slot];
+      if (done >= end) continue;
+      // Only faults pages in (no write: a slot in use keeps its bytes). EINVAL: a kernel
+      // before 5.14. ENOMEM and the like: memory is short, and the batches that need it will
+      // say so. Either way pages are then faulted on first use.
+      if (madvise(SlotData(slot) + done, end - done, MADV_POPULATE_WRITE) != 0) {
         spdlog::debug("arena: prefault stopped after {} bytes: {}", prefaulted_bytes_, std::strerror(errno));
         return;
       }
-      prefaulted_bytes_ += len;
+      prefaulted_bytes_ += end - done;
+      done = end;
     }
   }
+}
+
+uint64_t Arena::prefaulted_bytes() const {
+  std::lock_guard<std::mutex> l(prefault_mu_);
+  return prefaulted_bytes_;
 }
 
 Arena::~Arena() {

@@ -13,9 +13,10 @@
 // Create faults in the front of every slot (batches fill slots from their start; 64 MiB in
 // all, breadth first), so that a new trainer's first batches are not assembled at page-fault
 // speed: a 1 MiB batch into untouched memory costs 256 faults, milliseconds on a virtual
-// machine. The rest of the arena is faulted on first use, so a client never commits memory it
-// does not use. On kernels without MADV_POPULATE_WRITE (before 5.14) every page is faulted on
-// first use.
+// machine. Opening a loader faults in the front its batches need of every slot
+// (PrefaultFronts, up to a quarter GiB of the arena in all). The rest is faulted on first use,
+// so a client never commits memory its batches do not use. On kernels without
+// MADV_POPULATE_WRITE (before 5.14) every page is faulted on first use.
 //
 // Thread safety: all methods are safe to call concurrently; slot state is guarded by mu_.
 // Slot memory itself is written only by the slot's current owner.
@@ -50,8 +51,13 @@ class Arena {
   uint64_t slot_bytes() const { return slot_bytes_; }
   uint8_t* SlotData(uint32_t slot) const { return base_ + uint64_t{slot} * slot_bytes_; }
   uint64_t SlotOffset(uint32_t slot) const { return uint64_t{slot} * slot_bytes_; }
-  // Bytes Create faulted in.
-  uint64_t prefaulted_bytes() const { return prefaulted_bytes_; }
+  // Bytes faulted in ahead of use (by Create and PrefaultFronts).
+  uint64_t prefaulted_bytes() const;
+  // Faults in the first `front_bytes` of every slot, a stretch of every slot at a time, until
+  // `max_bytes` of the arena are faulted in all (counting what was before). Safe while slots
+  // are in use: it writes nothing. One MADV_POPULATE_WRITE costs a fraction of the page faults
+  // it saves a batch being assembled (measured on a 2-core VM: 1.3 us against 16 us a page).
+  void PrefaultFronts(uint64_t front_bytes, uint64_t max_bytes);
 
   // Takes a free slot for `owner` (a loader id), marking it assembling; nullopt when none is
   // free. Never blocks.
@@ -74,7 +80,6 @@ class Arena {
 
  private:
   Arena() = default;
-  void Prefault(uint64_t max_bytes);
   struct Slot {
     SlotState state = SlotState::kFree;
     uint64_t owner = 0;
@@ -85,7 +90,10 @@ class Arena {
   uint64_t arena_bytes_ = 0;
   uint32_t slot_count_ = 0;
   uint64_t slot_bytes_ = 0;
-  uint64_t prefaulted_bytes_ = 0;
+
+  mutable std::mutex prefault_mu_;
+  uint64_t prefaulted_bytes_ = 0;         // GUARDED_BY(prefault_mu_)
+  std::vector<uint64_t> faulted_front_;  // GUARDED_BY(prefault_mu_): per slot
 
   mutable std::mutex mu_;
   std::condition_variable freed_;

@@ -380,6 +380,12 @@ void LocalService::ObserverLoop() {
   }
 }
 
+uint32_t RingEntriesFor(uint32_t max_slots, uint32_t batch_size) {
+  uint32_t entries = std::max(1u, std::min(max_slots, kRingEntries));
+  while (entries > 1 && batch_ring::RingBytes(entries, batch_size) > batch_ring::kMaxRingBytes) entries /= 2;
+  return entries;
+}
+
 Result<std::shared_ptr<const plan::EpochPlan>> LocalService::PlanFor(const DatasetPtr& dataset,
                                                                      const plan::PlanOptions& o) {
   const std::string key = PlanKey(dataset, o);
@@ -521,13 +527,19 @@ void LocalService::Serve(Connection* c) {
           // A ring loader holds at most half the arena, so a client's second loader always finds
           // slots (loaders of protocol 1-2 clients keep their old, unlimited share).
           lo.max_slots = std::max(1u, c->arena->slot_count() / 2);
-          auto r = BatchRing::Create(std::min(lo.max_slots, kRingEntries), o.batch_size());
+          auto r = BatchRing::Create(RingEntriesFor(lo.max_slots, o.batch_size()), o.batch_size());
           if (!r.ok()) {
             s = r.status();
             break;
           }
           ring = std::move(*r);
         }
+        // The bytes a batch fills (records: exactly; other formats: the average sample, with
+        // a quarter more for the spread), faulted in before the first batch is assembled.
+        const uint64_t batch_bytes =
+            record_bytes > 0 ? record_bytes * o.batch_size()
+                             : m.total_bytes() / std::max<uint64_t>(1, m.total_samples()) * o.batch_size() * 5 / 4;
+        c->arena->PrefaultFronts(batch_bytes, kOpenPrefaultBytes);
         const uint64_t id = next_loader_id_++;
         auto pipe = std::make_unique<LoaderPipeline>(id, *c->arena, assembler_, *loc, *p, lo,
                                                      o.samples_consumed(), std::move(ring));
@@ -598,6 +610,11 @@ void LocalService::Serve(Connection* c) {
           // Only this thread changes c->loaders.
           auto it = c->loaders.find(req.release_batch().loader_id());
           if (it != c->loaders.end()) it->second->OnReleased();
+        }
+        if (req.release_batch().no_reply()) {
+          // A batch that outlives its loader releases a slot the close already freed.
+          if (!s.ok()) spdlog::debug("local client {}: unanswered release: {}", who, s.ToString());
+          continue;
         }
         break;
       }

@@ -75,13 +75,22 @@ namespace shardcache::serve {
 
 // Version this daemon speaks (history in local.proto); Hello accepts any version from
 // kMinLocalProtocolVersion up to it.
-constexpr uint32_t kLocalProtocolVersion = 3;
+constexpr uint32_t kLocalProtocolVersion = 4;
 constexpr uint32_t kMinLocalProtocolVersion = 1;
 // Batches a loader's batch ring describes at once, at most half the arena's slots (the rest
 // stay for the pipeline's prefetch_batches and the client's other loaders). The batches the
 // client has read ahead, holds, or released without telling the daemon yet all count against
-// it.
-constexpr uint32_t kRingEntries = 12;
+// it. The deeper the ring, the longer a daemon thread may be late (descheduled, a page fault,
+// a slow read) before the trainer notices: 64 batches of a few hundred microseconds each ride
+// out a 10-20 ms hiccup, 12 did not (bench/run latency on a 2-core VM).
+constexpr uint32_t kRingEntries = 64;
+// Ring entries for a loader that may hold max_slots slots: min(kRingEntries, max_slots), fewer
+// when batches of batch_size samples would make the ring larger than batch_ring::kMaxRingBytes;
+// at least 1.
+uint32_t RingEntriesFor(uint32_t max_slots, uint32_t batch_size);
+// OpenLoader faults in the front of every arena slot that the loader's batches fill (see
+// Arena::PrefaultFronts), up to this much of the arena in all.
+constexpr uint64_t kOpenPrefaultBytes = 256ull << 20;
 // Largest request or response frame. A NextBatchResponse of 100k samples is ~3 MiB.
 constexpr uint32_t kMaxLocalMessageBytes = 16u << 20;
 
@@ -105,8 +114,8 @@ struct LocalServiceOptions {
   uint64_t arena_bytes = 512ull << 20;
   uint32_t slot_count = 16;
   // Per loader: batches assembled ahead (default 4; each holds a slot while it waits, and the
-  // loader's batch ring holds up to min(kRingEntries, slot_count / 2) more, so slot_count
-  // should exceed open loaders x 12 or so) and chunk bytes warmed ahead of
+  // loader's batch ring holds up to RingEntriesFor(slot_count / 2, batch_size) more; a ring
+  // loader holds at most half the slots) and chunk bytes warmed ahead of
   // those (default 256 MiB; 0 = none, e.g. when there is no cache tier to warm).
   uint32_t prefetch_batches = 4;
   uint64_t prefetch_lookahead_bytes = 256ull << 20;

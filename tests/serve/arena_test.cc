@@ -54,7 +54,8 @@ TEST_CASE("arena sizes that leave no room are rejected", "[serve][arena]") {
   REQUIRE(Arena::Create(8192, 4).status().code() == StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("an arena faults in the front of every slot, and only 64 MiB in all", "[serve][arena]") {
+TEST_CASE("an arena faults in the front of every slot, 64 MiB at creation and a loader's batch size later",
+          "[serve][arena]") {
   // 4 slots of 32 MiB: 64 MiB breadth first is the first 16 MiB of each slot.
   auto a = Arena::Create(128ull << 20, 4);
   REQUIRE(a.ok());
@@ -85,4 +86,23 @@ TEST_CASE("an arena faults in the front of every slot, and only 64 MiB in all", 
   auto small = Arena::Create(1 << 20, 3);
   REQUIRE(small.ok());
   REQUIRE((*small)->prefaulted_bytes() == (*small)->arena_bytes());
+
+  // A loader's batches need 20 MiB of every slot: the 4 MiB beyond the first 16 are faulted
+  // in, nothing further, and nothing twice.
+  (*a)->PrefaultFronts(20ull << 20, 256ull << 20);
+  CHECK((*a)->prefaulted_bytes() == (80ull << 20));
+  for (uint32_t slot = 0; slot < 4; ++slot) {
+    CHECK(resident(slot, (20ull << 20) - 4096));
+    CHECK(!resident(slot, 20ull << 20));
+  }
+  (*a)->PrefaultFronts(8ull << 20, 256ull << 20);
+  CHECK((*a)->prefaulted_bytes() == (80ull << 20));
+  // The cap counts what is faulted in already: 88 MiB allows 8 more, breadth first (a stretch
+  // of every slot at a time), so 2 MiB more of each slot.
+  (*a)->PrefaultFronts(32ull << 20, 88ull << 20);
+  CHECK((*a)->prefaulted_bytes() == (88ull << 20));
+  for (uint32_t slot = 0; slot < 4; ++slot) {
+    CHECK(resident(slot, (22ull << 20) - 4096));
+    CHECK(!resident(slot, 22ull << 20));
+  }
 }

@@ -356,8 +356,7 @@ TEST_CASE("a client holding every slot gets ResourceExhausted instead of a hang"
   REQUIRE((*second)->Next().ok());
 }
 
-TEST_CASE("a loader opened right after releases gets its batch ring (the releases' answers come first)",
-          "[serve][integration]") {
+TEST_CASE("a loader opened right after releases gets its batch ring", "[serve][integration]") {
   Fixture f;
   serve::LocalService svc(*f.files, f.Options());
   REQUIRE(svc.Start().ok());
@@ -366,8 +365,8 @@ TEST_CASE("a loader opened right after releases gets its batch ring (the release
   LoaderOptions o;
   o.dataset = "rec";
   o.batch_size = 5;
-  // Each round queues releases without sending them; OpenLoader sends them first, and their
-  // answers and the OpenLoaderResponse with the ring's descriptor often arrive in one read.
+  // Each round queues releases without sending them; OpenLoader sends them first, and its
+  // answer (with the ring's descriptor) must be the first frame that comes back.
   for (int round = 0; round < 40; ++round) {
     auto loader = (*c)->OpenLoader(o);
     REQUIRE(loader.ok());
@@ -377,6 +376,54 @@ TEST_CASE("a loader opened right after releases gets its batch ring (the release
     REQUIRE((*next)->Next().ok());
   }
   CHECK(CountFds() < 100);
+}
+
+TEST_CASE("a batch ring describes up to 64 batches, at most half the slots, fewer for huge batches",
+          "[serve]") {
+  CHECK(serve::RingEntriesFor(8, 16) == 8);
+  CHECK(serve::RingEntriesFor(128, 16) == serve::kRingEntries);
+  CHECK(serve::RingEntriesFor(0, 16) == 1);
+  // 2^20 samples: 24 MiB of descriptions per entry, so two entries fit in the 64 MiB limit.
+  const uint32_t huge = serve::RingEntriesFor(64, 1u << 20);
+  CHECK(huge == 2);
+  CHECK(batch_ring::RingBytes(huge, 1u << 20) <= batch_ring::kMaxRingBytes);
+}
+
+TEST_CASE("releases sent with no_reply are not answered, however many come before the next call",
+          "[serve][integration]") {
+  // A ring loader's client releases a batch for every one it reads and may make no other call
+  // for a whole epoch. Were those releases answered, the unread answers would fill the socket
+  // and block the daemon's connection thread, and with it every later release.
+  Fixture f;
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  testing::LocalConn conn(f.socket);
+  v1::LocalRequest req;
+  req.mutable_hello()->set_protocol_version(serve::kLocalProtocolVersion);
+  REQUIRE(conn.Call(req).code() == 0);
+  v1::LocalRequest open;
+  open.mutable_open_loader()->set_dataset("rec");
+  open.mutable_open_loader()->set_batch_size(10);
+  open.mutable_open_loader()->set_batch_ring(true);
+  open.mutable_open_loader()->set_world_size(1);
+  auto opened = conn.Call(open);
+  REQUIRE(opened.code() == 0);
+  const uint64_t loader = opened.open_loader().loader_id();
+  v1::LocalRequest release;
+  release.mutable_release_batch()->set_loader_id(loader);
+  release.mutable_release_batch()->set_slot(1000000);  // never held: refused, and only logged
+  release.mutable_release_batch()->set_no_reply(true);
+  for (int i = 0; i < 5000; ++i) conn.Send(release);
+  v1::LocalRequest state;
+  state.mutable_loader_state()->set_loader_id(loader);
+  auto answer = conn.Call(state);  // the first frame back is this call's answer
+  CHECK(answer.code() == 0);
+  CHECK(answer.has_loader_state());
+  // Without no_reply (older clients) a release is answered, and a refused one says why.
+  release.mutable_release_batch()->set_no_reply(false);
+  auto refused = conn.Call(release);
+  CHECK(refused.code() == static_cast<uint32_t>(StatusCode::kFailedPrecondition));
+  CHECK_THAT(refused.message(), Catch::Contains("slot 1000000"));
 }
 
 TEST_CASE("a protocol-2 client still reads an epoch through NextBatch, byte-exact and in plan order",

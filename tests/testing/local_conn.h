@@ -24,11 +24,14 @@ class LocalConn {
     addr.sun_family = AF_UNIX;
     std::strcpy(addr.sun_path, path.c_str());
     REQUIRE(::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    // A daemon that stops reading or answering fails the test instead of hanging it.
+    const timeval limit{10, 0};
+    REQUIRE(::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit)) == 0);
+    REQUIRE(::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0);
   }
 
-  // Sends req and reads its response; a descriptor passed with the response lands in
-  // *passed_fd (the caller closes it), or is closed when passed_fd is null.
-  v1::LocalResponse Call(const v1::LocalRequest& req, int* passed_fd = nullptr) {
+  // Sends req without reading anything.
+  void Send(const v1::LocalRequest& req) {
     std::string body;
     req.SerializeToString(&body);
     const uint32_t len = static_cast<uint32_t>(body.size());
@@ -36,6 +39,12 @@ class LocalConn {
     for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
     frame += body;
     REQUIRE(::send(fd_.get(), frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size()));
+  }
+
+  // Sends req and reads the next response; a descriptor passed with the response lands in
+  // *passed_fd (the caller closes it), or is closed when passed_fd is null.
+  v1::LocalResponse Call(const v1::LocalRequest& req, int* passed_fd = nullptr) {
+    Send(req);
     if (passed_fd) *passed_fd = -1;
     uint8_t hdr[4];
     ReadFull(hdr, 4, passed_fd);
