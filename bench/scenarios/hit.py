@@ -13,6 +13,12 @@ off, and the page cache is bypassed by every reader (O_DIRECT), so all three rea
 Warm reads ahead of demand (fetch.prefetch) are off: with no DRAM tier to hold what they read
 they would only read every chunk twice.
 
+A virtual disk may be cached below the machine, so whichever reader comes right after another
+one read the same files can be served from the host's memory (fio over the segment files the
+client has just read measured up to 28 Gbit/s, against 8-11 Gbit/s otherwise). So the three
+run in ROUNDS rounds (client, fio, local files, each a new epoch order) and each figure is the
+reader's best round; every round's figures are printed.
+
 Figures: client_mbit, fio_mbit, over_fio, local_files_mbit, over_local_files,
 daemon_cpu_s_per_gib."""
 import json
@@ -24,6 +30,9 @@ import threading
 import time
 
 import _serving as S
+
+
+ROUNDS = 3
 
 
 def local_files_reader(data_dir, ids, records_per_shard, record_bytes, threads=2):
@@ -95,45 +104,59 @@ def body(quick, argv):
     S.drop_page_cache(b.path("data"))
     S.drop_page_cache(node.cache_dir)
 
-    m0 = node.metrics()
-    cpu0 = node.cpu_seconds()
-    ids_file = b.path("ids.txt")
-    hit = b.trainer_epochs(sock, "hit", epoch=1, ids_out=ids_file, **common)[0]
-    cpu1 = node.cpu_seconds()
-    m1 = node.metrics()
-    nvme_hits = m1.get('shardcache_cache_hits_total{tier="nvme"}', 0) - m0.get('shardcache_cache_hits_total{tier="nvme"}', 0)
-    fetched = m1.get("shardcache_cache_upstream_fetched_chunks_total", 0) - m0.get("shardcache_cache_upstream_fetched_chunks_total", 0)
-    print(f"hit epoch: {hit['mbit']:.0f} Mbit/s, {nvme_hits:.0f} NVMe hits, {fetched:.0f} upstream fetches, "
-          f"next p50 {hit['next_p50_us']:.0f} us p99 {hit['next_p99_us']:.0f} us")
-    if fetched > 0:
-        print("warning: some chunks were fetched upstream during the hit epoch")
-
     segs = sorted(os.path.join(r, f) for r, _, fs in os.walk(node.cache_dir) for f in fs
                   if f.startswith("seg-"))
     if not segs:
         raise S.CannotMeasure("no segment files found in the cache directory")
-    fio_mbit = fio(segs, dataset_bytes, chunk)
-    print(f"fio randread {chunk // S.MiB} MiB O_DIRECT io_uring iodepth 8 over {len(segs)} segment files: "
-          f"{fio_mbit:.0f} Mbit/s")
 
-    ids = [int(x) for x in open(ids_file)]
-    S.drop_page_cache(data)
-    nbytes, wall = local_files_reader(data, ids, per_shard, record)
-    local_mbit = nbytes * 8 / wall / 1e6
-    print(f"local files (O_DIRECT pread, 2 threads, same order): {local_mbit:.0f} Mbit/s")
+    rounds = 1 if quick else ROUNDS
+    client, fios, local, cpu_per_gib, p99 = [], [], [], [], []
+    nvme_hits = fetched = 0
+    for k in range(rounds):
+        m0 = node.metrics()
+        cpu0 = node.cpu_seconds()
+        ids_file = b.path(f"ids-{k}.txt")
+        hit = b.trainer_epochs(sock, "hit", epoch=1 + k, ids_out=ids_file, **common)[0]
+        cpu1 = node.cpu_seconds()
+        m1 = node.metrics()
+        hits = m1.get('shardcache_cache_hits_total{tier="nvme"}', 0) - m0.get('shardcache_cache_hits_total{tier="nvme"}', 0)
+        up = m1.get("shardcache_cache_upstream_fetched_chunks_total", 0) - m0.get("shardcache_cache_upstream_fetched_chunks_total", 0)
+        nvme_hits += hits
+        fetched += up
+        client.append(hit["mbit"])
+        cpu_per_gib.append((cpu1 - cpu0) / (hit["bytes"] / (1 << 30)))
+        p99.append(hit["next_p99_us"])
+        print(f"round {k + 1}: hit epoch {hit['mbit']:.0f} Mbit/s, {hits:.0f} NVMe hits, {up:.0f} upstream "
+              f"fetches, next p50 {hit['next_p50_us']:.0f} us p99 {hit['next_p99_us']:.0f} us")
+        if up > 0:
+            print("warning: some chunks were fetched upstream during the hit epoch")
 
-    gib = hit["bytes"] / (1 << 30)
+        fios.append(fio(segs, dataset_bytes, chunk))
+        print(f"round {k + 1}: fio randread {chunk // S.MiB} MiB O_DIRECT io_uring iodepth 8 over "
+              f"{len(segs)} segment files: {fios[-1]:.0f} Mbit/s")
+
+        ids = [int(x) for x in open(ids_file)]
+        S.drop_page_cache(data)
+        nbytes, wall = local_files_reader(data, ids, per_shard, record)
+        local.append(nbytes * 8 / wall / 1e6)
+        print(f"round {k + 1}: local files (O_DIRECT pread, 2 threads, same order): {local[-1]:.0f} Mbit/s")
+
+    best = max(range(rounds), key=lambda k: client[k])
     return {
-        "client_mbit": round(hit["mbit"], 1),
-        "fio_mbit": round(fio_mbit, 1),
-        "over_fio": round(hit["mbit"] / fio_mbit, 3),
-        "local_files_mbit": round(local_mbit, 1),
-        "over_local_files": round(hit["mbit"] / local_mbit, 3),
-        "daemon_cpu_s_per_gib": round((cpu1 - cpu0) / gib, 3),
+        "client_mbit": round(client[best], 1),
+        "fio_mbit": round(max(fios), 1),
+        "over_fio": round(client[best] / max(fios), 3),
+        "local_files_mbit": round(max(local), 1),
+        "over_local_files": round(client[best] / max(local), 3),
+        "daemon_cpu_s_per_gib": round(cpu_per_gib[best], 3),
         "dataset_bytes": dataset_bytes,
+        "rounds": rounds,
+        "client_mbit_rounds": [round(x, 1) for x in client],
+        "fio_mbit_rounds": [round(x, 1) for x in fios],
+        "local_files_mbit_rounds": [round(x, 1) for x in local],
         "nvme_hits": int(nvme_hits),
-        "upstream_fetches_during_hit_epoch": int(fetched),
-        "next_p99_us": round(hit["next_p99_us"], 1),
+        "upstream_fetches_during_hit_epochs": int(fetched),
+        "next_p99_us": round(p99[best], 1),
     }
 
 
