@@ -25,7 +25,9 @@
 // woken. Only a Next() that finds the ring empty asks the daemon over the socket and waits.
 // Each batch described ahead holds an arena slot. Releases are written a few at a time: a
 // released batch's slot returns to the daemon with the next write on its connection (at the
-// latest after 4 releases, or with any other call).
+// latest after 4 releases, or with any other call), and the daemon does not answer releases
+// (local protocol 4). This library speaks protocol 4: a daemon older than that refuses it
+// with FailedPrecondition naming both versions.
 //
 // Thread safety: a Client and its Loaders may be used from several threads; requests on one
 // connection are serialized, and Next() calls on one Loader are serialized. A Batch may be read from any thread and destroyed on any thread.
