@@ -536,10 +536,13 @@ void LocalService::Serve(Connection* c) {
         }
         // The bytes a batch fills (records: exactly; other formats: the average sample, with
         // a quarter more for the spread), faulted in before the first batch is assembled.
-        const uint64_t batch_bytes =
-            record_bytes > 0 ? record_bytes * o.batch_size()
-                             : m.total_bytes() / std::max<uint64_t>(1, m.total_samples()) * o.batch_size() * 5 / 4;
-        c->arena->PrefaultFronts(batch_bytes, kOpenPrefaultBytes);
+        // (In floating point: a hostile batch_size must not overflow it; the arena caps it.)
+        const double batch_bytes =
+            record_bytes > 0 ? double(record_bytes) * o.batch_size()
+                             : double(m.total_bytes()) / double(std::max<uint64_t>(1, m.total_samples())) *
+                                   o.batch_size() * 1.25;
+        c->arena->PrefaultFronts(
+            static_cast<uint64_t>(std::min(batch_bytes, double(c->arena->slot_bytes()))), kOpenPrefaultBytes);
         const uint64_t id = next_loader_id_++;
         auto pipe = std::make_unique<LoaderPipeline>(id, *c->arena, assembler_, *loc, *p, lo,
                                                      o.samples_consumed(), std::move(ring));

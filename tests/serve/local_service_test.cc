@@ -389,6 +389,47 @@ TEST_CASE("a batch ring describes up to 64 batches, at most half the slots, fewe
   CHECK(batch_ring::RingBytes(huge, 1u << 20) <= batch_ring::kMaxRingBytes);
 }
 
+TEST_CASE("opening a loader faults in the part of every arena slot its batches fill", "[serve][integration]") {
+  Fixture f;
+  auto options = f.Options();
+  options.arena_bytes = 256ull << 20;  // 256 slots of 1 MiB: the connection faults in 256 KiB of each
+  options.slot_count = 256;
+  serve::LocalService svc(*f.files, options);
+  REQUIRE(svc.Start().ok());
+  testing::LocalConn conn(f.socket);
+  v1::LocalRequest req;
+  req.mutable_hello()->set_protocol_version(serve::kLocalProtocolVersion);
+  int arena_fd = -1;
+  auto hello = conn.Call(req, &arena_fd);
+  REQUIRE(hello.code() == 0);
+  REQUIRE(arena_fd >= 0);
+  UniqueFd owned(arena_fd);
+  const uint64_t slot_bytes = hello.hello().slot_bytes();
+  void* map = mmap(nullptr, hello.hello().arena_bytes(), PROT_READ, MAP_SHARED, arena_fd, 0);
+  REQUIRE(map != MAP_FAILED);
+  // Slot 200 is beyond every slot the loader below may fill (it holds at most 128).
+  auto resident = [&](uint64_t offset_in_slot) {
+    unsigned char v = 0;
+    REQUIRE(mincore(static_cast<uint8_t*>(map) + 200 * slot_bytes + offset_in_slot, 4096, &v) == 0);
+    return (v & 1) != 0;
+  };
+  if (!resident(0)) {
+    WARN("this kernel has no MADV_POPULATE_WRITE; pages are faulted on first use");
+  } else {
+    CHECK(!resident(512 << 10));
+    v1::LocalRequest open;
+    open.mutable_open_loader()->set_dataset("rec");
+    open.mutable_open_loader()->set_batch_size(900);  // 900 records of 1000 bytes
+    open.mutable_open_loader()->set_batch_ring(true);
+    open.mutable_open_loader()->set_world_size(1);
+    REQUIRE(conn.Call(open).code() == 0);
+    CHECK(resident(512 << 10));
+    CHECK(resident(899999 / 4096 * 4096));        // the page with the batch's last byte
+    CHECK(!resident((899999 / 4096 + 1) * 4096));  // and not one page more
+  }
+  munmap(map, hello.hello().arena_bytes());
+}
+
 TEST_CASE("releases sent with no_reply are not answered, however many come before the next call",
           "[serve][integration]") {
   // A ring loader's client releases a batch for every one it reads and may make no other call
