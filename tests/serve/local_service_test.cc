@@ -397,15 +397,11 @@ TEST_CASE("opening a loader faults in the part of every arena slot its batches f
   serve::LocalService svc(*f.files, options);
   REQUIRE(svc.Start().ok());
   testing::LocalConn conn(f.socket);
-  v1::LocalRequest req;
-  req.mutable_hello()->set_protocol_version(serve::kLocalProtocolVersion);
   int arena_fd = -1;
-  auto hello = conn.Call(req, &arena_fd);
-  REQUIRE(hello.code() == 0);
-  REQUIRE(arena_fd >= 0);
+  const auto hello = conn.Hello(serve::kLocalProtocolVersion, &arena_fd);
   UniqueFd owned(arena_fd);
-  const uint64_t slot_bytes = hello.hello().slot_bytes();
-  void* map = mmap(nullptr, hello.hello().arena_bytes(), PROT_READ, MAP_SHARED, arena_fd, 0);
+  const uint64_t slot_bytes = hello.slot_bytes();
+  void* map = mmap(nullptr, hello.arena_bytes(), PROT_READ, MAP_SHARED, arena_fd, 0);
   REQUIRE(map != MAP_FAILED);
   // Slot 200 is beyond every slot the loader below may fill (it holds at most 128).
   auto resident = [&](uint64_t offset_in_slot) {
@@ -417,17 +413,12 @@ TEST_CASE("opening a loader faults in the part of every arena slot its batches f
     WARN("this kernel has no MADV_POPULATE_WRITE; pages are faulted on first use");
   } else {
     CHECK(!resident(512 << 10));
-    v1::LocalRequest open;
-    open.mutable_open_loader()->set_dataset("rec");
-    open.mutable_open_loader()->set_batch_size(900);  // 900 records of 1000 bytes
-    open.mutable_open_loader()->set_batch_ring(true);
-    open.mutable_open_loader()->set_world_size(1);
-    REQUIRE(conn.Call(open).code() == 0);
+    conn.OpenLoader("rec", 900, /*ring=*/true);  // batches of 900 records of 1000 bytes
     CHECK(resident(512 << 10));
     CHECK(resident(899999 / 4096 * 4096));        // the page with the batch's last byte
     CHECK(!resident((899999 / 4096 + 1) * 4096));  // and not one page more
   }
-  munmap(map, hello.hello().arena_bytes());
+  munmap(map, hello.arena_bytes());
 }
 
 TEST_CASE("releases sent with no_reply are not answered, however many come before the next call",
@@ -439,17 +430,8 @@ TEST_CASE("releases sent with no_reply are not answered, however many come befor
   serve::LocalService svc(*f.files, f.Options());
   REQUIRE(svc.Start().ok());
   testing::LocalConn conn(f.socket);
-  v1::LocalRequest req;
-  req.mutable_hello()->set_protocol_version(serve::kLocalProtocolVersion);
-  REQUIRE(conn.Call(req).code() == 0);
-  v1::LocalRequest open;
-  open.mutable_open_loader()->set_dataset("rec");
-  open.mutable_open_loader()->set_batch_size(10);
-  open.mutable_open_loader()->set_batch_ring(true);
-  open.mutable_open_loader()->set_world_size(1);
-  auto opened = conn.Call(open);
-  REQUIRE(opened.code() == 0);
-  const uint64_t loader = opened.open_loader().loader_id();
+  conn.Hello(serve::kLocalProtocolVersion);
+  const uint64_t loader = conn.OpenLoader("rec", 10, /*ring=*/true).loader_id();
   v1::LocalRequest release;
   release.mutable_release_batch()->set_loader_id(loader);
   release.mutable_release_batch()->set_slot(1000000);  // never held: refused, and only logged
@@ -483,17 +465,13 @@ TEST_CASE("a protocol-2 client still reads an epoch through NextBatch, byte-exac
   const auto through_ring = ReadEpoch(**c, o, expected).all;
 
   testing::LocalConn old(f.socket);
-  v1::LocalRequest req;
-  req.mutable_hello()->set_protocol_version(2);
   int arena_fd = -1;
-  auto hello = old.Call(req, &arena_fd);
-  REQUIRE(hello.code() == 0);
-  REQUIRE(arena_fd >= 0);
-  const uint64_t arena_bytes = hello.hello().arena_bytes();
+  const auto hello = old.Hello(2, &arena_fd);
+  const uint64_t arena_bytes = hello.arena_bytes();
   void* arena = mmap(nullptr, arena_bytes, PROT_READ, MAP_SHARED, arena_fd, 0);
   ::close(arena_fd);
   REQUIRE(arena != MAP_FAILED);
-  req.Clear();
+  v1::LocalRequest req;
   auto* open = req.mutable_open_loader();
   open->set_dataset("rec");
   open->set_batch_size(24);
@@ -535,23 +513,7 @@ TEST_CASE("batch ring waits a confused or hostile client sends are refused, and 
   REQUIRE(svc.Start().ok());
   ExpectedSamples expected(f.root + "/rec", *f.records);
   testing::LocalConn conn(f.socket);
-  v1::LocalRequest req;
-  req.mutable_hello()->set_protocol_version(serve::kLocalProtocolVersion);
-  int arena_fd = -1;
-  auto hello = conn.Call(req, &arena_fd);
-  REQUIRE(hello.code() == 0);
-  REQUIRE(arena_fd >= 0);
-  ::close(arena_fd);
-  auto open = [&](bool ring, int* fd) {
-    v1::LocalRequest o;
-    o.mutable_open_loader()->set_dataset("rec");
-    o.mutable_open_loader()->set_batch_size(10);
-    o.mutable_open_loader()->set_batch_ring(ring);
-    o.mutable_open_loader()->set_world_size(1);
-    auto r = conn.Call(o, fd);
-    REQUIRE(r.code() == 0);
-    return r.open_loader();
-  };
+  conn.Hello(serve::kLocalProtocolVersion);
   auto wait = [&](uint64_t loader, bool ring, uint64_t index) {
     v1::LocalRequest w;
     w.mutable_next_batch()->set_loader_id(loader);
@@ -561,12 +523,12 @@ TEST_CASE("batch ring waits a confused or hostile client sends are refused, and 
     return conn.Call(w);
   };
   int ring_fd = -1;
-  const auto with_ring = open(true, &ring_fd);
+  const auto with_ring = conn.OpenLoader("rec", 10, /*ring=*/true, &ring_fd);
   REQUIRE(ring_fd >= 0);
   REQUIRE(with_ring.ring_entries() == f.Options().slot_count / 2);
   REQUIRE(with_ring.ring_bytes() == batch_ring::RingBytes(with_ring.ring_entries(), 10));
   int no_fd = -1;
-  const auto without_ring = open(false, &no_fd);
+  const auto without_ring = conn.OpenLoader("rec", 10, /*ring=*/false, &no_fd);
   REQUIRE(no_fd < 0);
 
   // Asking the socket for a batch of a ring loader, or waiting on the ring of a loader without

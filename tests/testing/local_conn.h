@@ -56,6 +56,36 @@ class LocalConn {
     return resp;
   }
 
+  // Hello at `version`, which must succeed. The arena's descriptor lands in *arena_fd (the
+  // caller closes it), or is closed when arena_fd is null.
+  v1::HelloResponse Hello(uint32_t version, int* arena_fd = nullptr) {
+    v1::LocalRequest req;
+    req.mutable_hello()->set_protocol_version(version);
+    int fd = -1;
+    auto r = Call(req, &fd);
+    REQUIRE(r.code() == 0);
+    REQUIRE(fd >= 0);
+    if (arena_fd) {
+      *arena_fd = fd;
+    } else {
+      ::close(fd);
+    }
+    return r.hello();
+  }
+
+  // OpenLoader of `dataset` for one rank, which must succeed; a ring's descriptor as in Hello.
+  v1::OpenLoaderResponse OpenLoader(const std::string& dataset, uint32_t batch_size, bool ring,
+                                    int* ring_fd = nullptr) {
+    v1::LocalRequest req;
+    req.mutable_open_loader()->set_dataset(dataset);
+    req.mutable_open_loader()->set_batch_size(batch_size);
+    req.mutable_open_loader()->set_batch_ring(ring);
+    req.mutable_open_loader()->set_world_size(1);
+    auto r = Call(req, ring_fd);
+    REQUIRE(r.code() == 0);
+    return r.open_loader();
+  }
+
  private:
   void ReadFull(uint8_t* p, size_t n, int* passed_fd) {
     while (n > 0) {
