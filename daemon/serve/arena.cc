@@ -51,7 +51,9 @@ Result<std::unique_ptr<Arena>> Arena::Create(uint64_t arena_bytes, uint32_t slot
 
 void Arena::PrefaultFronts(uint64_t front_bytes, uint64_t max_bytes) {
   std::lock_guard<std::mutex> l(prefault_mu_);
-  const uint64_t front = std::min(front_bytes, slot_bytes_);
+  // Whole pages (slot_bytes_ is a multiple of them): a later, longer front then starts where
+  // madvise accepts it, on a page boundary.
+  const uint64_t front = AlignUp(std::min(front_bytes, slot_bytes_), kDirectIoAlign);
   for (uint64_t off = 0; off < front; off += kPrefaultStep) {
     const uint64_t end = std::min(off + kPrefaultStep, front);
     for (uint32_t slot = 0; slot < slot_count_; ++slot) {

@@ -97,6 +97,13 @@ TEST_CASE("an arena faults in the front of every slot, 64 MiB at creation and a 
   }
   (*a)->PrefaultFronts(8ull << 20, 256ull << 20);
   CHECK((*a)->prefaulted_bytes() == (80ull << 20));
+  // A front that ends inside a page counts the whole page, and a longer one later goes on
+  // from there (madvise takes page-aligned starts only).
+  (*a)->PrefaultFronts((20ull << 20) + 100, 256ull << 20);
+  CHECK((*a)->prefaulted_bytes() == (80ull << 20) + 4 * 4096);
+  (*a)->PrefaultFronts(21ull << 20, 256ull << 20);
+  CHECK((*a)->prefaulted_bytes() == (84ull << 20));
+  for (uint32_t slot = 0; slot < 4; ++slot) CHECK(resident(slot, (21ull << 20) - 4096));
   // The cap counts what is faulted in already: 88 MiB allows 8 more, breadth first (a stretch
   // of every slot at a time), so 2 MiB more of each slot.
   (*a)->PrefaultFronts(32ull << 20, 88ull << 20);
