@@ -47,13 +47,21 @@ struct RingHeader {
 };
 static_assert(sizeof(RingHeader) == 64);
 
+// The fields after batch_seq came with local protocol 5 in what were reserved, zeroed bytes, so
+// the layout version did not change.
 struct RingEntry {
   std::atomic<uint64_t> index;  // the entry's index once complete; kWriting while written
   uint32_t slot;                // arena slot holding the payload
   uint32_t samples;             // RingSample records that follow
   uint64_t payload_bytes;
   uint64_t batch_seq;
-  uint64_t reserved[4];
+  // The rank's resume point once the trainer has this batch and every batch before it
+  // (daemon/plan/rank_slice.h, RankConsumedAfter): what LoaderState reports.
+  uint64_t rank_consumed;
+  // The batch's field table (common/sample_fields.h), from the payload start; 0 bytes = none.
+  uint64_t fields_offset;
+  uint64_t fields_bytes;
+  uint64_t reserved;
 };
 static_assert(sizeof(RingEntry) == 64);
 

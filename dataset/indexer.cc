@@ -114,7 +114,7 @@ Result<std::vector<ShardFile>> FindShards(const std::string& dir, v1::ShardForma
 
 struct ShardResult {
   v1::SampleIndex samples;
-  uint32_t dtype_bytes = 0;
+  uint8_t dtype_code = 0;  // megatron
   std::string chunk_hashes;  // 16 bytes per chunk, filled by hashing tasks
 };
 
@@ -140,7 +140,7 @@ Status IndexOneShard(const std::string& dir, const ShardFile& f, const IndexOpti
       SC_ASSIGN_OR_RETURN(MegatronIndex mi,
                           ParseMegatronIndex(idx_bytes, idx_abs, f.size_bytes, abs));
       out->samples = std::move(mi.samples);
-      out->dtype_bytes = mi.dtype_bytes;
+      out->dtype_code = mi.dtype_code;
       return Status::Ok();
     }
     default:
@@ -264,12 +264,15 @@ Result<DatasetPtr> IndexDirectory(const std::string& dir, const IndexOptions& op
   for (size_t i = 0; i < shards.size(); ++i) {
     ShardResult& r = results[i];
     if (options.format == v1::MEGATRON) {
-      if (m.megatron_dtype_bytes() == 0) m.set_megatron_dtype_bytes(r.dtype_bytes);
-      if (m.megatron_dtype_bytes() != r.dtype_bytes) {
-        return InvalidArgument(dir + "/" + shards[i].companion_path + ": dtype of " +
-                               std::to_string(r.dtype_bytes) + " bytes differs from " +
-                               std::to_string(m.megatron_dtype_bytes()) +
-                               " bytes of the first shard; a dataset has one token type");
+      if (m.megatron_dtype() == 0) {
+        m.set_megatron_dtype(r.dtype_code);
+        m.set_megatron_dtype_bytes(MegatronDtypeBytes(r.dtype_code));
+      }
+      if (m.megatron_dtype() != r.dtype_code) {
+        return InvalidArgument(dir + "/" + shards[i].companion_path + ": dtype " +
+                               MegatronDtypeName(r.dtype_code) + " differs from " +
+                               MegatronDtypeName(static_cast<uint8_t>(m.megatron_dtype())) +
+                               " of the first shard; a dataset has one token type");
       }
     }
     v1::Shard* s = m.add_shards();

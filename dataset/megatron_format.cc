@@ -20,6 +20,32 @@ uint32_t MegatronDtypeBytes(uint8_t code) {
   }
 }
 
+const char* MegatronDtypeName(uint8_t code) {
+  switch (code) {
+    case 1: return "uint8";
+    case 2: return "int8";
+    case 3: return "int16";
+    case 4: return "int32";
+    case 5: return "int64";
+    case 6: return "float64";
+    case 7: return "float32";
+    case 8: return "uint16";
+    default: return "";
+  }
+}
+
+const char* MegatronTokenDtype(const v1::Manifest& m) {
+  if (m.format() != v1::MEGATRON) return "";
+  if (m.megatron_dtype() != 0) return MegatronDtypeName(static_cast<uint8_t>(m.megatron_dtype()));
+  switch (m.megatron_dtype_bytes()) {
+    case 1: return "uint8";
+    case 2: return "uint16";
+    case 4: return "int32";
+    case 8: return "int64";
+    default: return "";
+  }
+}
+
 namespace {
 
 template <typename T>

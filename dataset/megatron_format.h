@@ -33,6 +33,12 @@ constexpr uint64_t kMegatronHeaderBytes = 34;
 
 // Bytes per element for a dtype code; 0 for an unknown code.
 uint32_t MegatronDtypeBytes(uint8_t code);
+// numpy's name of a dtype code ("uint16", "int32", ...); "" for an unknown code.
+const char* MegatronDtypeName(uint8_t code);
+// The tokens' dtype name of a megatron manifest. Manifests written before the dtype code was
+// recorded have only its size: 1, 2, 4 and 8 bytes read as uint8, uint16, int32 and int64, what
+// Megatron's builder picks for a vocabulary of that size.
+const char* MegatronTokenDtype(const v1::Manifest& m);
 
 struct MegatronIndex {
   v1::SampleIndex samples;

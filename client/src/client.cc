@@ -16,12 +16,13 @@
 #include <vector>
 
 #include "common/batch_ring.h"
+#include "common/sample_fields.h"
 #include "shardcache/local.pb.h"
 
 namespace shardcache {
 namespace client_internal {
 
-constexpr uint32_t kProtocolVersion = 4;
+constexpr uint32_t kProtocolVersion = 5;
 constexpr uint32_t kMaxMessageBytes = 16u << 20;
 constexpr uint32_t kMaxUnsentReleases = 4;
 
@@ -167,8 +168,12 @@ struct LoaderCore {
   LoaderOptions options;
   std::string version;
   uint64_t samples_per_epoch = 0;
+  uint64_t loader_samples = 0;
   uint64_t dataset_samples = 0;
   uint64_t record_bytes = 0;
+  std::string format;
+  std::string sample_dtype;
+  uint32_t block_window_shards = 0;
   // The loader's batch ring (common/batch_ring.h), mapped read-only.
   const uint8_t* ring = nullptr;
   uint64_t ring_bytes = 0;
@@ -176,7 +181,7 @@ struct LoaderCore {
   uint32_t ring_max_samples = 0;
   uint64_t ring_stride = 0;
   mutable std::mutex mu;
-  uint64_t consumed = 0;    // GUARDED_BY(mu)
+  uint64_t consumed = 0;    // GUARDED_BY(mu): the rank's resume point after the last batch taken
   std::mutex next_mu;       // one Next() at a time per loader
   uint64_t next_entry = 0;  // GUARDED_BY(next_mu): the next ring entry to read
 
@@ -249,6 +254,7 @@ Batch& Batch::operator=(Batch&& o) noexcept {
     ids_ = std::move(o.ids_);
     offsets_ = std::move(o.offsets_);
     lengths_ = std::move(o.lengths_);
+    fields_ = std::move(o.fields_);
     o.held_ = false;
     o.data_ = nullptr;
     o.ids_.clear();
@@ -271,8 +277,26 @@ Status Batch::Release() {
   ids_.clear();
   offsets_.clear();
   lengths_.clear();
+  fields_.reset();
   payload_bytes_ = 0;
   return Status::Ok();
+}
+
+std::string_view Batch::key(size_t i) const { return fields_ ? fields_->key(i) : std::string_view(); }
+
+size_t Batch::field_count(size_t i) const { return fields_ ? fields_->member_count(i) : 0; }
+
+Field Batch::field(size_t i, size_t k) const {
+  const auto& m = fields_->member(i, static_cast<uint32_t>(k));
+  return {fields_->name(m), {data_ + m.offset, static_cast<size_t>(m.length)}};
+}
+
+std::optional<ByteView> Batch::field(size_t i, std::string_view name) const {
+  for (size_t k = 0; k < field_count(i); ++k) {
+    Field f = field(i, k);
+    if (f.name == name) return f.bytes;
+  }
+  return std::nullopt;
 }
 
 // ---- Loader
@@ -318,6 +342,9 @@ Result<Batch> Loader::Next() {
   const uint32_t n = e.samples;
   const uint64_t payload_bytes = e.payload_bytes;
   const uint64_t seq = e.batch_seq;
+  const uint64_t rank_consumed = e.rank_consumed;
+  const uint64_t fields_offset = e.fields_offset;
+  const uint64_t fields_bytes = e.fields_bytes;
   if (n > c.ring_max_samples) return DataLoss("shardcached sent an inconsistent batch description");
   const auto* samples = reinterpret_cast<const batch_ring::RingSample*>(at + sizeof(batch_ring::RingEntry));
   Batch b;
@@ -343,25 +370,40 @@ Result<Batch> Loader::Next() {
       return DataLoss("shardcached sent a sample range outside its batch");
     }
   }
+  const uint8_t* slot_data = conn.arena + uint64_t{slot} * conn.slot_bytes;
+  if (fields_bytes > 0) {
+    if (fields_offset < payload_bytes || fields_offset > conn.slot_bytes || fields_bytes > conn.slot_bytes - fields_offset) {
+      return DataLoss("shardcached placed a field table outside its slot");
+    }
+    b.fields_ = std::make_unique<sample_fields::FieldsView>();
+    if (!b.fields_->Parse(slot_data + fields_offset, fields_bytes, n, b.offsets_.data(), b.lengths_.data())) {
+      return DataLoss(std::string("shardcached sent an inconsistent field table: ") + b.fields_->error());
+    }
+  }
   c.next_entry = i + 1;
   b.core_ = core_;
   b.slot_ = slot;
   b.held_ = true;
-  b.data_ = conn.arena + uint64_t{slot} * conn.slot_bytes;
+  b.data_ = slot_data;
   b.payload_bytes_ = payload_bytes;
   b.record_bytes_ = c.record_bytes;
   b.seq_ = seq;
   b.wait_us_ = wait_us;
   {
     std::lock_guard<std::mutex> l(c.mu);
-    c.consumed += n;
+    c.consumed = rank_consumed;
   }
   return b;
 }
 
 LoaderState Loader::state() const {
+  LoaderState s;
+  s.epoch = core_->options.epoch;
+  s.start_position = core_->options.start_position;
+  s.world_size = core_->options.world_size;
   std::lock_guard<std::mutex> l(core_->mu);
-  return {core_->options.epoch, core_->consumed};
+  s.samples_consumed = core_->consumed;
+  return s;
 }
 
 Result<LoaderState> Loader::QueryState() {
@@ -369,10 +411,17 @@ Result<LoaderState> Loader::QueryState() {
   req.mutable_loader_state()->set_loader_id(core_->id);
   v1::LocalResponse resp;
   SC_RETURN_IF_ERROR(core_->conn->Call(req, &resp));
-  return LoaderState{resp.loader_state().epoch(), resp.loader_state().samples_consumed()};
+  LoaderState s = state();
+  s.epoch = resp.loader_state().epoch();
+  s.samples_consumed = resp.loader_state().samples_consumed();
+  return s;
 }
 
 uint64_t Loader::samples_per_epoch() const { return core_->samples_per_epoch; }
+uint64_t Loader::loader_samples() const { return core_->loader_samples; }
+const std::string& Loader::format() const { return core_->format; }
+const std::string& Loader::sample_dtype() const { return core_->sample_dtype; }
+uint32_t Loader::block_window_shards() const { return core_->block_window_shards; }
 uint64_t Loader::dataset_samples() const { return core_->dataset_samples; }
 uint64_t Loader::record_bytes() const { return core_->record_bytes; }
 const std::string& Loader::version() const { return core_->version; }
@@ -443,6 +492,12 @@ Result<std::unique_ptr<Loader>> Client::OpenLoader(const LoaderOptions& o) {
   r->set_job(o.job);
   r->set_block_window_shards(o.block_window_shards);
   r->set_batch_ring(true);
+  r->set_uneven(!o.pad);
+  r->set_start_position(o.start_position);
+  r->set_worker(o.worker);
+  r->set_num_workers(o.num_workers);
+  r->set_fields(o.fields);
+  r->set_expect_version(o.expect_version);
   v1::LocalResponse resp;
   int ring_fd = -1;
   Status s = conn_->Call(req, &resp, &ring_fd);
@@ -455,9 +510,14 @@ Result<std::unique_ptr<Loader>> Client::OpenLoader(const LoaderOptions& o) {
   core->id = resp.open_loader().loader_id();
   core->options = o;
   core->version = resp.open_loader().version();
-  core->samples_per_epoch = resp.open_loader().samples_per_epoch();
-  core->dataset_samples = resp.open_loader().dataset_samples();
-  core->record_bytes = resp.open_loader().record_bytes();
+  const auto& ol = resp.open_loader();
+  core->samples_per_epoch = ol.samples_per_epoch();
+  core->loader_samples = ol.loader_samples();
+  core->dataset_samples = ol.dataset_samples();
+  core->record_bytes = ol.record_bytes();
+  core->format = ol.format();
+  core->sample_dtype = ol.sample_dtype();
+  core->block_window_shards = ol.block_window_shards();
   core->consumed = std::min(o.samples_consumed, core->samples_per_epoch);
   SC_RETURN_IF_ERROR(core->MapRing(ring_fd, resp.open_loader()));  // closes ring_fd; ~LoaderCore closes the loader
   return std::unique_ptr<Loader>(new Loader(std::move(core)));

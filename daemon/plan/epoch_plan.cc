@@ -1,6 +1,7 @@
 #include "daemon/plan/epoch_plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "common/hash.h"
@@ -118,10 +119,24 @@ uint64_t PlanKey(std::string_view version, uint64_t seed, uint64_t epoch) {
   return HashBytes(buf).low;
 }
 
+uint32_t ResolveBlockWindow(const DatasetLayout& layout, const PlanOptions& options) {
+  if (options.mode != ShuffleMode::kBlock) return 0;
+  const uint64_t shards = layout.shard_samples.size();
+  if (options.block_window_shards != 0 || shards == 0) return std::max<uint32_t>(options.block_window_shards, 1);
+  const uint64_t total_bytes = std::accumulate(layout.shard_bytes.begin(), layout.shard_bytes.end(), uint64_t{0});
+  const uint64_t avg = std::max<uint64_t>(1, total_bytes / shards);
+  const uint64_t target = uint64_t{std::max<uint32_t>(options.world_size, 1)} * kBlockChunksPerRank *
+                          std::max<uint64_t>(1, layout.chunk_bytes);
+  return static_cast<uint32_t>(std::clamp<uint64_t>((target + avg - 1) / avg, 1, shards));
+}
+
 Result<std::shared_ptr<const EpochPlan>> EpochPlan::Make(const DatasetLayout& layout,
                                                          const PlanOptions& options) {
   if (options.world_size == 0) return InvalidArgument("world_size must be at least 1");
-  if (options.batch_size == 0) return InvalidArgument("batch_size must be at least 1");
+  if (options.mode != ShuffleMode::kNone && options.mode != ShuffleMode::kGlobal &&
+      options.mode != ShuffleMode::kBlock) {
+    return InvalidArgument("unknown shuffle mode " + std::to_string(static_cast<int>(options.mode)));
+  }
   if (!layout.shard_bytes.empty() && layout.shard_bytes.size() != layout.shard_samples.size()) {
     return InvalidArgument("dataset layout has " + std::to_string(layout.shard_samples.size()) +
                            " sample counts but " + std::to_string(layout.shard_bytes.size()) +
@@ -130,25 +145,8 @@ Result<std::shared_ptr<const EpochPlan>> EpochPlan::Make(const DatasetLayout& la
   std::shared_ptr<EpochPlan> p(new EpochPlan());
   p->options_ = options;
   p->n_ = std::accumulate(layout.shard_samples.begin(), layout.shard_samples.end(), uint64_t{0});
-  const uint64_t w = options.world_size;
-  if (options.drop_last) {
-    const uint64_t k = (p->n_ / w) / options.batch_size * options.batch_size;
-    p->used_ = k * w;
-  } else {
-    p->used_ = p->n_;
-  }
-  if (options.mode == ShuffleMode::kBlock) {
-    const uint64_t shards = layout.shard_samples.size();
-    uint32_t window = options.block_window_shards;
-    if (window == 0 && shards > 0) {
-      uint64_t total_bytes = std::accumulate(layout.shard_bytes.begin(), layout.shard_bytes.end(),
-                                             uint64_t{0});
-      const uint64_t avg = std::max<uint64_t>(1, total_bytes / shards);
-      const uint64_t target = w * kBlockChunksPerRank * std::max<uint64_t>(1, layout.chunk_bytes);
-      window = static_cast<uint32_t>(std::clamp<uint64_t>((target + avg - 1) / avg, 1, shards));
-    }
-    p->window_shards_ = std::max<uint32_t>(window, 1);
-  }
+  p->window_shards_ = ResolveBlockWindow(layout, options);
+  p->options_.block_window_shards = p->window_shards_;
   if (options.mode != ShuffleMode::kNone && p->n_ > 0) {
     if (p->n_ <= std::numeric_limits<uint32_t>::max()) {
       Build(layout, options, p->n_, p->window_shards_, &p->order32_);
@@ -157,21 +155,6 @@ Result<std::shared_ptr<const EpochPlan>> EpochPlan::Make(const DatasetLayout& la
     }
   }
   return std::shared_ptr<const EpochPlan>(std::move(p));
-}
-
-uint64_t EpochPlan::samples_per_rank(uint32_t rank) const {
-  const uint64_t w = options_.world_size;
-  if (rank >= w) return 0;
-  return used_ / w + (rank < used_ % w ? 1 : 0);
-}
-
-std::vector<uint64_t> EpochPlan::RankOrder(uint32_t rank, uint64_t from) const {
-  std::vector<uint64_t> out;
-  const uint64_t count = samples_per_rank(rank);
-  if (from >= count) return out;
-  out.reserve(count - from);
-  for (uint64_t i = from; i < count; ++i) out.push_back(SampleAt(rank, i));
-  return out;
 }
 
 }  // namespace shardcache::plan

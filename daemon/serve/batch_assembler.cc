@@ -32,6 +32,7 @@ SampleLocator::SampleLocator(ChunkSource& source, DatasetPtr dataset)
     : source_(source), dataset_(std::move(dataset)) {
   const auto& m = dataset_->manifest;
   if (m.format() == v1::RECORDS && m.record_bytes() > 0) record_bytes_ = m.record_bytes();
+  has_fields_ = m.format() == v1::TAR;
   first_id_.push_back(0);
   for (const auto& s : m.shards()) first_id_.push_back(first_id_.back() + s.sample_count());
   indexes_.resize(m.shards_size());
@@ -63,22 +64,103 @@ Result<std::shared_ptr<const SampleLocator::ShardIndex>> SampleLocator::IndexOf(
                       " of '" + dataset_->name + "' lies outside the shard");
     }
   }
+  if (has_fields_) SC_RETURN_IF_ERROR(LoadMembers(idx, shard, si.get()));
   std::lock_guard<std::mutex> l(mu_);
   if (!indexes_[shard]) indexes_[shard] = std::move(si);
   return indexes_[shard];
 }
 
-Result<SampleLocator::Extent> SampleLocator::Locate(uint64_t sample_id) {
+Status SampleLocator::LoadMembers(const v1::SampleIndex& idx, uint32_t shard, ShardIndex* si) const {
+  const auto bad = [&](const std::string& why) {
+    return DataLoss("sample index of shard " + std::to_string(shard) + " of '" + dataset_->name + "': " + why);
+  };
+  const size_t samples = si->offsets.size();
+  const int members = idx.member_sample_size();
+  if (idx.member_offset_size() != members || idx.member_length_size() != members ||
+      idx.member_ext_size() != members) {
+    return bad("member lists of different lengths");
+  }
+  if (static_cast<size_t>(idx.keys_size()) != samples) {
+    return bad(std::to_string(idx.keys_size()) + " keys for " + std::to_string(samples) + " samples");
+  }
+  si->keys.assign(idx.keys().begin(), idx.keys().end());
+  si->first_member.assign(samples + 1, 0);
+  si->members.reserve(static_cast<size_t>(members));
+  std::map<std::string, uint32_t> name_ids;
+  uint32_t sample = 0;
+  for (int k = 0; k < members; ++k) {
+    const uint32_t owner = idx.member_sample(k);
+    if (owner < sample || owner >= samples) return bad("member " + std::to_string(k) + " belongs to no sample in order");
+    while (sample < owner) si->first_member[++sample] = static_cast<uint32_t>(si->members.size());
+    const uint64_t off = idx.member_offset(k), len = idx.member_length(k);
+    const uint64_t s0 = si->offsets[owner], s1 = s0 + si->lengths[owner];
+    if (off < s0 || len > s1 - s0 || off - s0 > s1 - s0 - len) {
+      return bad("member " + std::to_string(k) + " lies outside its sample " + std::to_string(owner));
+    }
+    auto [it, added] = name_ids.emplace(idx.member_ext(k), static_cast<uint32_t>(si->names.size()));
+    if (added) si->names.push_back(idx.member_ext(k));
+    si->members.push_back({off - s0, len, it->second});
+  }
+  while (sample < samples) si->first_member[++sample] = static_cast<uint32_t>(si->members.size());
+  return Status::Ok();
+}
+
+Result<std::pair<uint32_t, uint64_t>> SampleLocator::ShardOf(uint64_t sample_id) const {
   if (sample_id >= total_samples()) {
     return OutOfRange("sample " + std::to_string(sample_id) + " is past the end of '" +
                       dataset_->name + "' (" + std::to_string(total_samples()) + " samples)");
   }
   const auto it = std::upper_bound(first_id_.begin(), first_id_.end(), sample_id);
   const uint32_t shard = static_cast<uint32_t>(it - first_id_.begin() - 1);
-  const uint64_t local = sample_id - first_id_[shard];
+  return std::make_pair(shard, sample_id - first_id_[shard]);
+}
+
+Result<SampleLocator::Extent> SampleLocator::Locate(uint64_t sample_id) {
+  SC_ASSIGN_OR_RETURN(auto at, ShardOf(sample_id));
+  const auto [shard, local] = at;
   if (record_bytes_ > 0) return Extent{shard, local * record_bytes_, record_bytes_};
   SC_ASSIGN_OR_RETURN(auto idx, IndexOf(shard));
   return Extent{shard, idx->offsets[local], idx->lengths[local]};
+}
+
+Status SampleLocator::AppendFields(uint64_t sample_id, uint64_t payload_offset, FieldsBuilder* out) {
+  if (!has_fields_) return FailedPrecondition("samples of '" + dataset_->name + "' have no fields (not a tar dataset)");
+  SC_ASSIGN_OR_RETURN(auto at, ShardOf(sample_id));
+  const uint64_t local = at.second;
+  SC_ASSIGN_OR_RETURN(auto idx, IndexOf(at.first));
+  auto add_name = [&](const std::string& s) {
+    const auto at = static_cast<uint32_t>(out->names_.size());
+    out->names_ += s;
+    return at;
+  };
+  sample_fields::SampleFields sf{};
+  sf.key_length = static_cast<uint32_t>(idx->keys[local].size());
+  sf.key_offset = add_name(idx->keys[local]);
+  sf.first_member = static_cast<uint32_t>(out->members_.size());
+  sf.member_count = idx->first_member[local + 1] - idx->first_member[local];
+  for (uint32_t k = idx->first_member[local]; k < idx->first_member[local + 1]; ++k) {
+    const ShardIndex::Member& m = idx->members[k];
+    const std::string& name = idx->names[m.name];
+    out->members_.push_back({payload_offset + m.offset, m.length, add_name(name), static_cast<uint32_t>(name.size())});
+  }
+  out->samples_.push_back(sf);
+  return Status::Ok();
+}
+
+void SampleLocator::FieldsBuilder::WriteTo(uint8_t* dest) const {
+  sample_fields::FieldsHeader h{};
+  h.magic = sample_fields::kMagic;
+  h.layout_version = sample_fields::kLayoutVersion;
+  h.samples = static_cast<uint32_t>(samples_.size());
+  h.members = static_cast<uint32_t>(members_.size());
+  h.names_bytes = names_.size();
+  std::memcpy(dest, &h, sizeof h);
+  dest += sizeof h;
+  std::memcpy(dest, samples_.data(), samples_.size() * sizeof(samples_[0]));
+  dest += samples_.size() * sizeof(samples_[0]);
+  std::memcpy(dest, members_.data(), members_.size() * sizeof(members_[0]));
+  dest += members_.size() * sizeof(members_[0]);
+  std::memcpy(dest, names_.data(), names_.size());
 }
 
 BatchAssembler::BatchAssembler(ChunkSource& source, BatchAssemblerOptions options)
@@ -176,7 +258,7 @@ struct BatchAssembler::PieceRun {
 };
 
 Status BatchAssembler::Plan(SampleLocator& locator, std::span<const uint64_t> ids, uint8_t* dest,
-                            uint64_t dest_bytes, AssembledBatch* out, std::vector<PieceRun>* runs) {
+                            uint64_t dest_bytes, bool fields, AssembledBatch* out, std::vector<PieceRun>* runs) {
   const DatasetPtr& ds = locator.dataset();
   const uint64_t chunk_bytes = ds->manifest.chunk_bytes();
   out->sample_ids.assign(ids.begin(), ids.end());
@@ -191,12 +273,21 @@ Status BatchAssembler::Plan(SampleLocator& locator, std::span<const uint64_t> id
     pos += ext[i].length;
   }
   out->payload_bytes = pos;
-  if (pos > dest_bytes) {
+  SampleLocator::FieldsBuilder table;
+  uint64_t needed = pos;
+  if (fields && locator.has_fields()) {
+    for (size_t i = 0; i < ids.size(); ++i) SC_RETURN_IF_ERROR(locator.AppendFields(ids[i], out->offsets[i], &table));
+    out->fields_offset = sample_fields::TableOffset(pos);
+    out->fields_bytes = table.bytes();
+    needed = out->fields_offset + out->fields_bytes;
+  }
+  if (needed > dest_bytes) {
     return ResourceExhausted("batch of " + std::to_string(ids.size()) + " samples of '" +
-                             ds->name + "' needs " + std::to_string(pos) +
+                             ds->name + "' needs " + std::to_string(needed) +
                              " bytes but an arena slot holds " + std::to_string(dest_bytes) +
                              "; use a smaller batch or larger slots (fewer slots or a bigger arena)");
   }
+  if (out->fields_bytes > 0) table.WriteTo(dest + out->fields_offset);
   // The piece of each sample inside each chunk it overlaps, grouped by (shard, chunk); the
   // source copies every piece straight to its place in the slot.
   std::map<std::pair<uint32_t, uint64_t>, std::vector<ChunkPiece>> by_chunk;
@@ -223,7 +314,7 @@ Status BatchAssembler::Plan(SampleLocator& locator, std::span<const uint64_t> id
 }
 
 void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t> ids, uint8_t* dest,
-                                   uint64_t dest_bytes, AssembleDone done) {
+                                   uint64_t dest_bytes, AssembleDone done, bool fields) {
   struct Job {
     DatasetPtr dataset;
     AssembledBatch out;
@@ -237,7 +328,7 @@ void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t>
   auto job = std::make_shared<Job>();
   job->dataset = locator.dataset();
   job->done = std::move(done);
-  Status planned = Plan(locator, ids, dest, dest_bytes, &job->out, &job->runs);
+  Status planned = Plan(locator, ids, dest, dest_bytes, fields, &job->out, &job->runs);
   if (!planned.ok() || job->runs.empty()) {
     job->done(planned, std::move(job->out));
     return;

@@ -3,7 +3,9 @@
 //
 //   SampleLocator  — global sample id → (shard, byte offset, length). Records datasets need no
 //                    I/O; other formats load each shard's sample index once, on first use,
-//                    through ChunkSource::GetSampleIndex, and keep it (16 bytes per sample).
+//                    through ChunkSource::GetSampleIndex, and keep it (16 bytes per sample; a
+//                    tar shard also keeps its members' ranges, names and the sample keys, for
+//                    loaders that ask for fields: about 40 bytes per member plus the key).
 //   BatchAssembler — collects the distinct chunks a batch needs, reads contiguous runs of them
 //                    in parallel on a small pool of reader threads (a cold chunk can take a
 //                    network round trip) with ChunkSource::ReadPieces: each sample's overlap
@@ -12,7 +14,8 @@
 //                    payload byte is copied at most once; no chunk is fetched twice for one
 //                    batch. Samples are laid out
 //                    back to back in batch order, so a records batch is a dense
-//                    [B, record_bytes] block.
+//                    [B, record_bytes] block. On request, a field table
+//                    (common/sample_fields.h) follows the payload in the slot.
 //   It also runs fire-and-forget warm reads (prefetch priority, ranges of chunks) for the
 //   prefetcher, at most `max_warm_inflight` at a time.
 //
@@ -27,9 +30,12 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "common/sample_fields.h"
 #include "common/status.h"
 #include "daemon/source/chunk_source.h"
 
@@ -52,17 +58,55 @@ class SampleLocator {
   // OutOfRange for ids past the dataset; errors from loading a sample index otherwise (naming
   // the shard).
   Result<Extent> Locate(uint64_t sample_id);
+  // True for tar datasets: their samples have fields (members) and keys.
+  bool has_fields() const { return has_fields_; }
+
+  // Collects the field table of one batch (sample_fields.h).
+  class FieldsBuilder {
+   public:
+    uint64_t bytes() const {
+      return sample_fields::TableBytes(samples_.size(), members_.size(), names_.size());
+    }
+    // Writes the table to dest. REQUIRES: dest has bytes() bytes.
+    void WriteTo(uint8_t* dest) const;
+
+   private:
+    friend class SampleLocator;
+    std::vector<sample_fields::SampleFields> samples_;
+    std::vector<sample_fields::MemberField> members_;
+    std::string names_;
+  };
+  // Appends sample `sample_id`'s key and members, its bytes placed at `payload_offset` of the
+  // payload. FailedPrecondition unless has_fields(); errors as Locate otherwise.
+  Status AppendFields(uint64_t sample_id, uint64_t payload_offset, FieldsBuilder* out);
 
  private:
   struct ShardIndex {
     std::vector<uint64_t> offsets;
     std::vector<uint64_t> lengths;
+    // Tar only. Sample i's members are members[first_member[i], first_member[i + 1]), with
+    // offsets relative to the sample's start; member names index `names` (the distinct
+    // extensions of the shard).
+    struct Member {
+      uint64_t offset;
+      uint64_t length;
+      uint32_t name;
+    };
+    std::vector<uint32_t> first_member;
+    std::vector<Member> members;
+    std::vector<std::string> names;
+    std::vector<std::string> keys;
   };
+  // (shard, index within the shard) of a sample id; OutOfRange past the dataset.
+  Result<std::pair<uint32_t, uint64_t>> ShardOf(uint64_t sample_id) const;
+  // Fills the tar member tables of `si` from `idx`, checking them against the sample ranges.
+  Status LoadMembers(const v1::SampleIndex& idx, uint32_t shard, ShardIndex* si) const;
   Result<std::shared_ptr<const ShardIndex>> IndexOf(uint32_t shard);
 
   ChunkSource& source_;
   const DatasetPtr dataset_;
   uint64_t record_bytes_ = 0;
+  bool has_fields_ = false;
   std::vector<uint64_t> first_id_;  // first_id_[s] = first global id of shard s; back() = N
 
   std::mutex mu_;
@@ -75,6 +119,9 @@ struct AssembledBatch {
   std::vector<uint64_t> lengths;
   uint64_t payload_bytes = 0;
   uint64_t chunks_read = 0;
+  // The field table after the payload (relative to the payload start); 0 bytes = none.
+  uint64_t fields_offset = 0;
+  uint64_t fields_bytes = 0;
 };
 
 struct BatchAssemblerOptions {
@@ -103,10 +150,12 @@ class BatchAssembler {
   // needs the pool: every chunk is in memory (ChunkSource::ReadPiecesFromMemory; the batch is
   // copied right there), or the batch fails before any read (a sample cannot be located: the
   // locator's error; the payload does not fit: ResourceExhausted naming the sizes). A chunk
-  // that cannot be read: the source's error. `locator` is used only during the call.
+  // that cannot be read: the source's error. `locator` is used only during the call. With
+  // `fields` and a locator that has_fields(), the batch's field table is written after the
+  // payload (it must fit the slot too).
   using AssembleDone = std::function<void(Status, AssembledBatch)>;
   void AssembleAsync(SampleLocator& locator, std::vector<uint64_t> ids, uint8_t* dest,
-                     uint64_t dest_bytes, AssembleDone done);
+                     uint64_t dest_bytes, AssembleDone done, bool fields = false);
 
   // Queues a prefetch-priority ChunkSource::Prefetch of chunks [first, first + count) of
   // `shard` (it warms the cache tiers below; a cache fetches only what it lacks, as one
@@ -121,7 +170,7 @@ class BatchAssembler {
   struct PieceRun;
   // Locates the samples, fills `out`'s layout and groups the pieces into runs.
   Status Plan(SampleLocator& locator, std::span<const uint64_t> ids, uint8_t* dest,
-              uint64_t dest_bytes, AssembledBatch* out, std::vector<PieceRun>* runs);
+              uint64_t dest_bytes, bool fields, AssembledBatch* out, std::vector<PieceRun>* runs);
   void Submit(std::function<void()> task, bool demand);
   void WorkerLoop();
 

@@ -60,7 +60,7 @@ BatchRing::~BatchRing() {
   if (base_ != nullptr) munmap(base_, bytes_);
 }
 
-void BatchRing::Publish(uint32_t slot, uint64_t batch_seq, const AssembledBatch& batch) {
+void BatchRing::Publish(uint32_t slot, uint64_t batch_seq, uint64_t rank_consumed, const AssembledBatch& batch) {
   const uint64_t i = published_;
   uint8_t* at = base_ + batch_ring::EntryOffset(i, entries_, stride_);
   auto* e = reinterpret_cast<RingEntry*>(at);
@@ -71,6 +71,9 @@ void BatchRing::Publish(uint32_t slot, uint64_t batch_seq, const AssembledBatch&
   e->samples = n;
   e->payload_bytes = batch.payload_bytes;
   e->batch_seq = batch_seq;
+  e->rank_consumed = rank_consumed;
+  e->fields_offset = batch.fields_offset;
+  e->fields_bytes = batch.fields_bytes;
   auto* s = reinterpret_cast<RingSample*>(at + sizeof(RingEntry));
   for (uint32_t k = 0; k < n; ++k) s[k] = {batch.sample_ids[k], batch.offsets[k], batch.lengths[k]};
   e->index.store(i, std::memory_order_release);

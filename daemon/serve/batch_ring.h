@@ -33,10 +33,11 @@ class BatchRing {
   uint32_t max_samples() const { return max_samples_; }
   uint64_t published() const { return published_; }
 
-  // Describes `batch` (in arena slot `slot`) as entry published() and publishes it.
+  // Describes `batch` (in arena slot `slot`; the rank's resume point after it is
+  // `rank_consumed`) as entry published() and publishes it.
   // REQUIRES: batch.sample_ids.size() <= max_samples(), and the batch of entry
   // published() - entries() was released (its place is reused).
-  void Publish(uint32_t slot, uint64_t batch_seq, const AssembledBatch& batch);
+  void Publish(uint32_t slot, uint64_t batch_seq, uint64_t rank_consumed, const AssembledBatch& batch);
 
  private:
   BatchRing() = default;

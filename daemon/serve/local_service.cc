@@ -17,6 +17,8 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "daemon/serve/arena.h"
+#include "daemon/serve/loader_request.h"
+#include "dataset/megatron_format.h"
 #include "shardcache/local.pb.h"
 
 namespace shardcache::serve {
@@ -101,6 +103,7 @@ struct LocalService::Connection {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  uint32_t protocol_version = 0;  // the Hello's; only this connection's thread touches it
   std::thread thread;
   std::atomic<bool> done{false};
 
@@ -297,25 +300,90 @@ Result<std::shared_ptr<SampleLocator>> LocalService::LocatorFor(const DatasetPtr
 }
 
 std::string LocalService::PlanKey(const DatasetPtr& dataset, const plan::PlanOptions& o) {
+  // The window as resolved: plans of different world sizes with the same window are one order.
   return dataset->version + "/" + std::to_string(o.seed) + "/" + std::to_string(o.epoch) + "/" +
-         plan::ShuffleModeName(o.mode) + "/" + std::to_string(o.world_size) + "/" +
-         std::to_string(o.batch_size) + "/" + (o.drop_last ? "1" : "0") + "/" +
-         std::to_string(o.block_window_shards);
+         plan::ShuffleModeName(o.mode) + "/" +
+         std::to_string(plan::ResolveBlockWindow(plan::LayoutOf(*dataset), o));
 }
 
-void LocalService::NoteLoaderForObserver(const std::string& plan_key, const DatasetPtr& dataset,
-                                         const std::shared_ptr<SampleLocator>& locator,
-                                         const std::shared_ptr<const plan::EpochPlan>& plan,
-                                         uint32_t rank, uint64_t start_index) {
+Status LocalService::OpenLoader(Connection* c, const v1::OpenLoaderRequest& request,
+                                v1::OpenLoaderResponse* r, int* pass_fd) {
+  if (!c->arena) return FailedPrecondition("OpenLoader before Hello");
+  SC_ASSIGN_OR_RETURN(LoaderRequest o, CheckOpenLoader(request, c->protocol_version));
+  SC_ASSIGN_OR_RETURN(DatasetPtr ds, source_.OpenDataset(o.dataset));
+  if (!o.expect_version.empty() && o.expect_version != ds->version) {
+    return FailedPrecondition("dataset '" + o.dataset + "' is at version " + ds->version +
+                              ", but the loader resumes a state of version " + o.expect_version +
+                              " (the dataset was re-indexed since the state was saved)");
+  }
+  const auto& m = ds->manifest;
+  const uint64_t record_bytes = m.format() == v1::RECORDS ? m.record_bytes() : 0;
+  const uint32_t batch_size = o.slice.batch_size;
+  if (record_bytes > 0 && record_bytes * batch_size > c->arena->slot_bytes()) {
+    return ResourceExhausted("a batch of " + std::to_string(batch_size) + " records of " +
+                             std::to_string(record_bytes) + " bytes does not fit a " +
+                             std::to_string(c->arena->slot_bytes()) + "-byte arena slot");
+  }
+  SC_ASSIGN_OR_RETURN(auto plan, PlanFor(ds, o.plan));
+  SC_ASSIGN_OR_RETURN(plan::RankSlice slice, plan::RankSlice::Make(plan, o.slice));
+  SC_ASSIGN_OR_RETURN(auto locator, LocatorFor(ds));
+  LoaderPipelineOptions lo;
+  lo.prefetch_batches = options_.prefetch_batches;
+  lo.lookahead_bytes_live = &lookahead_bytes_;
+  lo.fields = o.fields;
+  std::unique_ptr<BatchRing> ring;
+  if (o.ring) {
+    // A ring loader holds at most half the arena, so a client's second loader always finds
+    // slots (loaders of protocol 1-2 clients keep their old, unlimited share).
+    lo.max_slots = std::max(1u, c->arena->slot_count() / 2);
+    SC_ASSIGN_OR_RETURN(ring, BatchRing::Create(RingEntriesFor(lo.max_slots, batch_size), batch_size));
+  }
+  // The bytes a batch fills (records: exactly; other formats: the average sample, with a
+  // quarter more for the spread), faulted in before the first batch is assembled. (In floating
+  // point: a hostile batch_size must not overflow it; the arena caps it.)
+  const double batch_bytes =
+      record_bytes > 0 ? double(record_bytes) * batch_size
+                       : double(m.total_bytes()) / double(std::max<uint64_t>(1, m.total_samples())) * batch_size * 1.25;
+  c->arena->PrefaultFronts(static_cast<uint64_t>(std::min(batch_bytes, double(c->arena->slot_bytes()))),
+                           kOpenPrefaultBytes);
+  const uint64_t id = next_loader_id_++;
+  auto pipe = std::make_unique<LoaderPipeline>(id, *c->arena, assembler_, locator, slice, lo, std::move(ring));
+  if (options_.observer) NoteLoaderForObserver(ds, locator, slice);
+  r->set_loader_id(id);
+  r->set_version(ds->version);
+  r->set_samples_per_epoch(slice.rank_samples());
+  r->set_loader_samples(slice.size());
+  r->set_record_bytes(record_bytes);
+  r->set_dataset_samples(m.total_samples());
+  r->set_block_window_shards(plan->window_shards());
+  r->set_format(m.format() == v1::RECORDS ? "records" : m.format() == v1::TAR ? "tar" : "megatron");
+  r->set_sample_dtype(dataset::MegatronTokenDtype(m));
+  if (const BatchRing* br = pipe->ring()) {
+    r->set_ring_entries(br->entries());
+    r->set_ring_bytes(br->bytes());
+    *pass_fd = br->fd();  // sent before the loader could go away: only this thread closes it
+  }
+  std::lock_guard<std::mutex> l(c->mu);
+  c->loaders[id] = std::move(pipe);
+  return Status::Ok();
+}
+
+void LocalService::NoteLoaderForObserver(const DatasetPtr& dataset, const std::shared_ptr<SampleLocator>& locator,
+                                         const plan::RankSlice& slice) {
+  const plan::SliceOptions& so = slice.options();
+  const std::string key = PlanKey(dataset, slice.plan()->options()) + "/" + std::to_string(so.world_size) + "/" +
+                          std::to_string(so.start_position);
   {
     std::lock_guard<std::mutex> l(observer_mu_);
-    PlanUse& u = plan_uses_[plan_key];
+    PlanUse& u = plan_uses_[key];
     u.dataset = dataset;
     u.locator = locator;
-    u.plan = plan;
-    auto [it, inserted] = u.rank_start.emplace(rank, start_index);
-    if (!inserted && start_index >= it->second) return;  // nothing new to report
-    it->second = std::min(it->second, start_index);
+    u.plan = slice.plan();
+    u.world_size = so.world_size;
+    u.start_position = so.start_position;
+    auto [it, inserted] = u.rank_start.emplace(so.rank, so.rank_start);
+    if (!inserted && so.rank_start >= it->second) return;  // nothing new to report
+    it->second = std::min(it->second, so.rank_start);
     u.dirty = true;
   }
   observer_cv_.notify_all();
@@ -351,9 +419,9 @@ void LocalService::ObserverLoop() {
       auto plan = u.plan.lock();
       auto locator = u.locator.lock();
       if (!plan || !locator) continue;
-      const uint64_t w = plan->options().world_size;
+      const uint64_t w = u.world_size, first = u.start_position;
       uint64_t from = UINT64_MAX;
-      for (auto& [rank, start] : u.rank_start) from = std::min(from, start * w);
+      for (auto& [rank, start] : u.rank_start) from = std::min(from, first + start * w);
       std::vector<ChunkAccess> order;
       const uint64_t cb = u.dataset->manifest.chunk_bytes();
       auto add = [&](uint64_t id) {
@@ -364,13 +432,14 @@ void LocalService::ObserverLoop() {
           order.push_back({e->shard, c});
         }
       };
-      for (uint64_t p = from; p < plan->used_positions(); ++p) {
-        if (u.rank_start.count(static_cast<uint32_t>(p % w))) add(plan->AtPosition(p));
+      // Padding and a dropped tail are a few samples either way: the global order decides.
+      for (uint64_t p = from; p < plan->dataset_samples(); ++p) {
+        if (u.rank_start.count(static_cast<uint32_t>((p - first) % w))) add(plan->AtPosition(p));
       }
       auto next_opts = plan->options();
       next_opts.epoch += 1;
       if (auto next = plan::EpochPlan::Make(plan::LayoutOf(*u.dataset), next_opts); next.ok()) {
-        for (uint64_t p = 0; p < (*next)->used_positions(); ++p) {
+        for (uint64_t p = 0; p < (*next)->dataset_samples(); ++p) {
           if (u.rank_start.count(static_cast<uint32_t>(p % w))) add((*next)->AtPosition(p));
         }
       }
@@ -462,6 +531,7 @@ void LocalService::Serve(Connection* c) {
           break;
         }
         c->arena = std::move(*arena);
+        c->protocol_version = version;
         auto* h = resp.mutable_hello();
         h->set_protocol_version(version);  // the client's: every later addition is optional
         h->set_arena_bytes(c->arena->arena_bytes());
@@ -470,98 +540,9 @@ void LocalService::Serve(Connection* c) {
         pass_fd = c->arena->fd();
         break;
       }
-      case v1::LocalRequest::kOpenLoader: {
-        const auto& o = req.open_loader();
-        if (!c->arena) {
-          s = FailedPrecondition("OpenLoader before Hello");
-          break;
-        }
-        if (o.batch_size() == 0 || o.world_size() == 0 || o.rank() >= o.world_size()) {
-          s = InvalidArgument("loader needs batch_size >= 1 and rank < world_size (got batch_size " +
-                              std::to_string(o.batch_size()) + ", rank " + std::to_string(o.rank()) +
-                              ", world_size " + std::to_string(o.world_size()) + ")");
-          break;
-        }
-        if (o.shuffle() > v1::SHUFFLE_BLOCK) {
-          s = InvalidArgument("unknown shuffle mode " + std::to_string(o.shuffle()));
-          break;
-        }
-        auto ds = source_.OpenDataset(o.dataset());
-        if (!ds.ok()) {
-          s = ds.status();
-          break;
-        }
-        const auto& m = (*ds)->manifest;
-        const uint64_t record_bytes = m.format() == v1::RECORDS ? m.record_bytes() : 0;
-        if (record_bytes > 0 && record_bytes * o.batch_size() > c->arena->slot_bytes()) {
-          s = ResourceExhausted("a batch of " + std::to_string(o.batch_size()) + " records of " +
-                                std::to_string(record_bytes) + " bytes does not fit a " +
-                                std::to_string(c->arena->slot_bytes()) + "-byte arena slot");
-          break;
-        }
-        plan::PlanOptions po;
-        po.seed = o.seed();
-        po.epoch = o.epoch();
-        po.mode = static_cast<plan::ShuffleMode>(o.shuffle());
-        po.world_size = o.world_size();
-        po.batch_size = o.batch_size();
-        po.drop_last = o.drop_last();
-        po.block_window_shards = o.block_window_shards();
-        auto p = PlanFor(*ds, po);
-        if (!p.ok()) {
-          s = p.status();
-          break;
-        }
-        auto loc = LocatorFor(*ds);
-        if (!loc.ok()) {
-          s = loc.status();
-          break;
-        }
-        LoaderPipelineOptions lo;
-        lo.batch_size = o.batch_size();
-        lo.rank = o.rank();
-        lo.prefetch_batches = options_.prefetch_batches;
-        lo.lookahead_bytes_live = &lookahead_bytes_;
-        std::unique_ptr<BatchRing> ring;
-        if (o.batch_ring()) {
-          // A ring loader holds at most half the arena, so a client's second loader always finds
-          // slots (loaders of protocol 1-2 clients keep their old, unlimited share).
-          lo.max_slots = std::max(1u, c->arena->slot_count() / 2);
-          auto r = BatchRing::Create(RingEntriesFor(lo.max_slots, o.batch_size()), o.batch_size());
-          if (!r.ok()) {
-            s = r.status();
-            break;
-          }
-          ring = std::move(*r);
-        }
-        // The bytes a batch fills (records: exactly; other formats: the average sample, with
-        // a quarter more for the spread), faulted in before the first batch is assembled.
-        // (In floating point: a hostile batch_size must not overflow it; the arena caps it.)
-        const double batch_bytes =
-            record_bytes > 0 ? double(record_bytes) * o.batch_size()
-                             : double(m.total_bytes()) / double(std::max<uint64_t>(1, m.total_samples())) *
-                                   o.batch_size() * 1.25;
-        c->arena->PrefaultFronts(
-            static_cast<uint64_t>(std::min(batch_bytes, double(c->arena->slot_bytes()))), kOpenPrefaultBytes);
-        const uint64_t id = next_loader_id_++;
-        auto pipe = std::make_unique<LoaderPipeline>(id, *c->arena, assembler_, *loc, *p, lo,
-                                                     o.samples_consumed(), std::move(ring));
-        if (options_.observer) NoteLoaderForObserver(PlanKey(*ds, po), *ds, *loc, *p, o.rank(), o.samples_consumed());
-        auto* r = resp.mutable_open_loader();
-        r->set_loader_id(id);
-        r->set_version((*ds)->version);
-        r->set_samples_per_epoch(pipe->samples_per_epoch());
-        r->set_record_bytes(record_bytes);
-        r->set_dataset_samples(m.total_samples());
-        if (const BatchRing* ring = pipe->ring()) {
-          r->set_ring_entries(ring->entries());
-          r->set_ring_bytes(ring->bytes());
-          pass_fd = ring->fd();  // sent before the loader could go away: this thread closes it
-        }
-        std::lock_guard<std::mutex> l(c->mu);
-        c->loaders[id] = std::move(pipe);
+      case v1::LocalRequest::kOpenLoader:
+        s = OpenLoader(c, req.open_loader(), resp.mutable_open_loader(), &pass_fd);
         break;
-      }
       case v1::LocalRequest::kNextBatch: {
         auto it = c->loaders.find(req.next_batch().loader_id());
         if (it == c->loaders.end()) {
@@ -627,7 +608,7 @@ void LocalService::Serve(Connection* c) {
           s = NotFound("no open loader " + std::to_string(req.loader_state().loader_id()));
           break;
         }
-        resp.mutable_loader_state()->set_epoch(it->second->plan().options().epoch);
+        resp.mutable_loader_state()->set_epoch(it->second->slice().plan()->options().epoch);
         resp.mutable_loader_state()->set_samples_consumed(it->second->samples_consumed());
         break;
       }

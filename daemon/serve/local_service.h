@@ -20,8 +20,8 @@
 // others without an event loop), one thread per open loader (prefetcher.h), and the
 // BatchAssembler's reader pool shared by all loaders.
 //
-// Sharing: loaders with equal plan parameters (dataset version, seed, epoch, mode, world size,
-// batch size, drop_last, window) share one EpochPlan, and loaders of one dataset version share
+// Sharing: loaders with equal plan parameters (dataset version, seed, epoch, mode, window) share
+// one EpochPlan, whatever their world size, batch size or worker, and loaders of one dataset version share
 // one SampleLocator. Chunk reads go to the ChunkSource, whose cache tier single-flights them, so
 // the ranks of one job on one node fetch each chunk once.
 //
@@ -67,6 +67,8 @@
 #include "daemon/source/chunk_source.h"
 
 namespace shardcache::v1 {
+class OpenLoaderRequest;
+class OpenLoaderResponse;
 class WarmDatasetResponse;
 class WarmStatusResponse;
 }  // namespace shardcache::v1
@@ -75,7 +77,7 @@ namespace shardcache::serve {
 
 // Version this daemon speaks (history in local.proto); Hello accepts any version from
 // kMinLocalProtocolVersion up to it.
-constexpr uint32_t kLocalProtocolVersion = 4;
+constexpr uint32_t kLocalProtocolVersion = 5;
 constexpr uint32_t kMinLocalProtocolVersion = 1;
 // Batches a loader's batch ring describes at once, at most half the arena's slots (the rest
 // stay for the pipeline's prefetch_batches and the client's other loaders). The batches the
@@ -177,10 +179,12 @@ class LocalService {
                                                          const plan::PlanOptions& o);
   void ReapFinished();
   // Registers a loader's plan use for the access-order report.
-  void NoteLoaderForObserver(const std::string& plan_key, const DatasetPtr& dataset,
-                             const std::shared_ptr<SampleLocator>& locator,
-                             const std::shared_ptr<const plan::EpochPlan>& plan, uint32_t rank,
-                             uint64_t start_index);
+  void NoteLoaderForObserver(const DatasetPtr& dataset, const std::shared_ptr<SampleLocator>& locator,
+                             const plan::RankSlice& slice);
+  // OpenLoader: validates the request (loader_request.h), builds or shares the plan, starts the
+  // loader's pipeline and fills the response; *pass_fd gets the batch ring's descriptor.
+  Status OpenLoader(Connection* c, const v1::OpenLoaderRequest& request, v1::OpenLoaderResponse* response,
+                    int* pass_fd);
   void ObserverLoop();
   // WarmDataset: the running job for the dataset, or a new one.
   Status StartWarm(const std::string& dataset, v1::WarmDatasetResponse* response);
@@ -210,7 +214,9 @@ class LocalService {
     DatasetPtr dataset;
     std::weak_ptr<SampleLocator> locator;
     std::weak_ptr<const plan::EpochPlan> plan;
-    std::map<uint32_t, uint64_t> rank_start;  // local rank → earliest start index seen
+    uint32_t world_size = 1;
+    uint64_t start_position = 0;
+    std::map<uint32_t, uint64_t> rank_start;  // local rank → earliest rank start seen
     bool dirty = false;
   };
   std::mutex observer_mu_;

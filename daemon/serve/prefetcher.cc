@@ -55,22 +55,21 @@ metrics::Histogram* AssemblyHistogram() {
 }  // namespace
 
 LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assembler,
-                               std::shared_ptr<SampleLocator> locator,
-                               std::shared_ptr<const plan::EpochPlan> plan,
-                               LoaderPipelineOptions options, uint64_t start_index,
-                               std::unique_ptr<BatchRing> ring)
+                               std::shared_ptr<SampleLocator> locator, plan::RankSlice slice,
+                               LoaderPipelineOptions options, std::unique_ptr<BatchRing> ring)
     : id_(id),
       arena_(arena),
       assembler_(assembler),
       locator_(std::move(locator)),
-      plan_(std::move(plan)),
+      slice_(std::move(slice)),
       options_(std::move(options)),
-      total_(plan_->samples_per_rank(options_.rank)),
+      batch_size_(slice_.options().batch_size),
+      total_(slice_.size()),
       ring_(std::move(ring)) {
   // Per-loader series for `shardctl top`: which loader is slow, and whether it waits on data.
   labels_ = {{"loader", std::to_string(id_)},
              {"dataset", locator_->dataset()->name},
-             {"rank", std::to_string(options_.rank)}};
+             {"rank", std::to_string(slice_.options().rank)}};
   const metrics::Labels& labels = labels_;
   auto& reg = metrics::Registry::Global();
   loader_bytes_ = reg.GetCounter("shardcache_loader_bytes_total",
@@ -79,8 +78,6 @@ LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assemb
                                    "Batches delivered to one loader", labels);
   loader_stall_us_ = reg.GetCounter("shardcache_loader_stall_microseconds_total",
                                     "Time one loader's trainer waited in NextBatch for data", labels);
-  assemble_index_ = consumed_ = warm_index_ = std::min(start_index, total_);
-  assembled_from_->store(assemble_index_);
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -113,7 +110,7 @@ LoaderPipeline::~LoaderPipeline() {
 
 uint64_t LoaderPipeline::samples_consumed() const {
   std::lock_guard<std::mutex> l(mu_);
-  return consumed_;
+  return slice_.RankConsumedAfter(consumed_);
 }
 
 bool LoaderPipeline::CanStartLocked() const {
@@ -140,7 +137,7 @@ void LoaderPipeline::Run() {
         slot = arena_.TryAcquire(id_);
         if (slot) {
           first = assemble_index_;
-          count = std::min<uint64_t>(options_.batch_size, total_ - assemble_index_);
+          count = std::min<uint64_t>(batch_size_, total_ - assemble_index_);
           assemble_index_ += count;
           assembled_from_->store(assemble_index_);
           seq = next_assembly_++;
@@ -167,7 +164,7 @@ void LoaderPipeline::Run() {
 
 void LoaderPipeline::StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, uint64_t count) {
   std::vector<uint64_t> ids(count);
-  for (uint64_t i = 0; i < count; ++i) ids[i] = plan_->SampleAt(options_.rank, first + i);
+  for (uint64_t i = 0; i < count; ++i) ids[i] = slice_.SampleAt(first + i);
   const auto t0 = std::chrono::steady_clock::now();
   assembler_.AssembleAsync(*locator_, std::move(ids), arena_.SlotData(slot), arena_.slot_bytes(),
                            [this, seq, t0](Status s, AssembledBatch batch) {
@@ -175,7 +172,8 @@ void LoaderPipeline::StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, 
                                                               std::chrono::steady_clock::now() - t0)
                                                               .count());
                              OnAssembled(seq, std::move(s), std::move(batch));
-                           });
+                           },
+                           options_.fields);
 }
 
 void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
@@ -230,8 +228,8 @@ void LoaderPipeline::PublishLocked() {
   while (!ready_.empty() && arena_.SlotsIn(Arena::SlotState::kDelivered, id_) < ring_->entries()) {
     Delivered& d = ready_.front();
     arena_.MarkDelivered(d.slot);
-    ring_->Publish(d.slot, d.seq, d.batch);
     consumed_ += d.batch.sample_ids.size();
+    ring_->Publish(d.slot, d.seq, slice_.RankConsumedAfter(consumed_), d.batch);
     CountDelivered(d);
     ready_.pop_front();
   }
@@ -315,7 +313,7 @@ bool LoaderPipeline::Warm() {
   const uint64_t cb = m.chunk_bytes();
   std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> wanted;  // shard, chunk, needed at
   while (warm_index_ < total_ && warmed_bytes_ + cb <= lookahead) {
-    auto e = locator_->Locate(plan_->SampleAt(options_.rank, warm_index_));
+    auto e = locator_->Locate(slice_.SampleAt(warm_index_));
     if (!e.ok()) break;  // the demand path reports it
     if (e->length > 0) {
       for (uint64_t c = e->offset / cb; c <= (e->offset + e->length - 1) / cb; ++c) {

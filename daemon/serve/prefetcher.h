@@ -39,7 +39,7 @@
 
 #include "common/metrics.h"
 #include "common/status.h"
-#include "daemon/plan/epoch_plan.h"
+#include "daemon/plan/rank_slice.h"
 #include "daemon/serve/arena.h"
 #include "daemon/serve/batch_assembler.h"
 #include "daemon/serve/batch_ring.h"
@@ -57,8 +57,6 @@ using AccessOrderObserver =
     std::function<void(const DatasetPtr& dataset, const std::vector<ChunkAccess>& order)>;
 
 struct LoaderPipelineOptions {
-  uint32_t batch_size = 1;
-  uint32_t rank = 0;
   // Batches assembled ahead into free slots. Default: 2.
   uint32_t prefetch_batches = 2;
   // Slots this loader may hold in all (assembling, queued, or delivered and not released), so
@@ -72,6 +70,8 @@ struct LoaderPipelineOptions {
   // When set, overrides lookahead_bytes and may change at any time (LocalService's run-time
   // setter). Must outlive the pipeline.
   const std::atomic<uint64_t>* lookahead_bytes_live = nullptr;
+  // Write each batch's field table after its payload (tar datasets; sample_fields.h).
+  bool fields = false;
 };
 
 class LoaderPipeline {
@@ -84,13 +84,12 @@ class LoaderPipeline {
     AssembledBatch batch;
   };
 
-  // Starts the pipeline thread at rank sample index `start_index` (a resume point). With a
-  // `ring`, batches are delivered through it (see above); its max_samples must be at least
-  // options.batch_size.
+  // Starts the pipeline thread, which reads `slice` (rank, resume point and worker are in it)
+  // in batches of its batch size. With a `ring`, batches are delivered through it (see above);
+  // its max_samples must be at least the batch size.
   LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assembler,
-                 std::shared_ptr<SampleLocator> locator, std::shared_ptr<const plan::EpochPlan> plan,
-                 LoaderPipelineOptions options, uint64_t start_index,
-                 std::unique_ptr<BatchRing> ring = nullptr);
+                 std::shared_ptr<SampleLocator> locator, plan::RankSlice slice,
+                 LoaderPipelineOptions options, std::unique_ptr<BatchRing> ring = nullptr);
   // Stops the thread (waiting for a batch being assembled) and frees every slot of this loader,
   // delivered or not.
   ~LoaderPipeline();
@@ -125,15 +124,17 @@ class LoaderPipeline {
 
   uint64_t id() const { return id_; }
   uint64_t record_bytes() const { return locator_->record_bytes(); }
+  // The rank's resume point after the batches delivered so far (RankSlice::RankConsumedAfter).
   uint64_t samples_consumed() const;
-  uint64_t samples_per_epoch() const { return total_; }
-  const plan::EpochPlan& plan() const { return *plan_; }
+  // Samples this loader delivers in all.
+  uint64_t loader_samples() const { return total_; }
+  const plan::RankSlice& slice() const { return slice_; }
 
  private:
   void Run();
   // REQUIRES: mu_ held. Another batch may start assembling now.
   bool CanStartLocked() const;
-  // Starts assembling rank samples [first, first + count) into `slot`. Called without mu_.
+  // Starts assembling slice samples [first, first + count) into `slot`. Called without mu_.
   void StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, uint64_t count);
   // The assembler's report of assembly `seq` (any thread, without mu_).
   void OnAssembled(uint64_t seq, Status s, AssembledBatch batch);
@@ -157,9 +158,10 @@ class LoaderPipeline {
   Arena& arena_;
   BatchAssembler& assembler_;
   const std::shared_ptr<SampleLocator> locator_;
-  const std::shared_ptr<const plan::EpochPlan> plan_;
+  const plan::RankSlice slice_;
   const LoaderPipelineOptions options_;
-  const uint64_t total_;  // samples of this rank in the epoch
+  const uint64_t batch_size_;
+  const uint64_t total_;  // samples this loader delivers
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -177,8 +179,8 @@ class LoaderPipeline {
   std::map<uint64_t, InFlight> inflight_;  // GUARDED_BY(mu_)
   std::deque<uint64_t> order_;             // GUARDED_BY(mu_)
   uint64_t next_assembly_ = 0;             // GUARDED_BY(mu_)
-  uint64_t assemble_index_ = 0;    // GUARDED_BY(mu_): next rank index to assemble
-  uint64_t consumed_ = 0;          // GUARDED_BY(mu_): rank index after the last delivered batch
+  uint64_t assemble_index_ = 0;    // GUARDED_BY(mu_): next slice index to assemble
+  uint64_t consumed_ = 0;          // GUARDED_BY(mu_): slice index after the last delivered batch
   uint64_t next_seq_ = 0;          // GUARDED_BY(mu_)
   Status error_;                   // GUARDED_BY(mu_)
   std::deque<Delivered> ready_;    // GUARDED_BY(mu_)
@@ -186,7 +188,7 @@ class LoaderPipeline {
 
   // Warm-read bookkeeping, used by the pipeline thread only.
   struct Warmed {
-    uint64_t index;  // rank index of the sample that needed it
+    uint64_t index;  // slice index of the sample that needed it
     uint32_t shard;
     uint64_t chunk;
     uint64_t bytes;
@@ -199,7 +201,7 @@ class LoaderPipeline {
     uint32_t shard;
     uint64_t first;
     uint64_t count;
-    uint64_t last_needed_at;  // the latest rank index that needs one of its chunks
+    uint64_t last_needed_at;  // the latest slice index that needs one of its chunks
   };
   bool SendWarm(const WarmRun& run);
   // assemble_index_, readable by warm reads waiting in the pool (which may outlive this object).

@@ -33,33 +33,16 @@
 #include "testing/forwarding_source.h"
 #include "testing/local_conn.h"
 #include "testing/random_delay.h"
+#include "local_fixture.h"
 
 using namespace shardcache;
 using shardcache::testing::Eventually;
 using shardcache::testing::TempDir;
+using shardcache::testing::ExpectedSamples;
+using shardcache::testing::Fixture;
+using shardcache::testing::ReadEpoch;
 
 namespace {
-
-// Reads every sample of a dataset straight from its files, by global id.
-class ExpectedSamples {
- public:
-  ExpectedSamples(const std::string& dir, const dataset::Dataset& d) {
-    for (int s = 0; s < d.manifest.shards_size(); ++s) {
-      auto bytes = ReadFileToString(dir + "/" + d.manifest.shards(s).path());
-      REQUIRE(bytes.ok());
-      auto idx = dataset::LoadSampleIndex(dir, d.manifest, s);
-      REQUIRE(idx.ok());
-      for (int i = 0; i < idx->offsets_size(); ++i) {
-        samples_.push_back(bytes->substr(idx->offsets(i), idx->lengths(i)));
-      }
-    }
-  }
-  const std::string& operator[](uint64_t id) const { return samples_.at(id); }
-  size_t size() const { return samples_.size(); }
-
- private:
-  std::vector<std::string> samples_;
-};
 
 // A source that answers after a random delay, to show that timing never changes a plan.
 class JitterSource final : public testing::ForwardingSource {
@@ -76,75 +59,6 @@ class JitterSource final : public testing::ForwardingSource {
  private:
   testing::RandomDelay delay_;
 };
-
-struct Fixture {
-  TempDir tmp;
-  std::string root = tmp.path() + "/data";
-  std::string socket = tmp.path() + "/run/sc.sock";
-  std::unique_ptr<upstream::FileSource> files;
-  dataset::DatasetPtr records;
-  dataset::DatasetPtr tars;
-
-  Fixture() {
-    REQUIRE(MakeDirs(root).ok());
-    // 4 shards x 250 records of 1000 bytes in 64 KiB chunks: records straddle chunk edges.
-    auto r = testing::MakeRecordsDataset(root, "rec", 4, 250, 1000, 64 * 1024);
-    REQUIRE(r.ok());
-    records = *r;
-    auto t = testing::MakeTarDataset(root, "tars", 3, 40, 500, 9000, 64 * 1024);
-    REQUIRE(t.ok());
-    tars = *t;
-    auto f = upstream::FileSource::Open(root);
-    REQUIRE(f.ok());
-    files = std::move(*f);
-  }
-
-  serve::LocalServiceOptions Options() const {
-    serve::LocalServiceOptions o;
-    o.socket_path = socket;
-    o.arena_bytes = 4 << 20;
-    o.slot_count = 8;
-    o.prefetch_lookahead_bytes = 512 << 10;
-    o.assembler.read_threads = 4;
-    return o;
-  }
-};
-
-struct EpochRead {
-  std::vector<std::vector<uint64_t>> batches;  // sample ids per batch
-  std::vector<uint64_t> all;
-};
-
-// Reads a whole epoch through the C++ client, checking every sample's bytes.
-EpochRead ReadEpoch(Client& client, const LoaderOptions& o, const ExpectedSamples& expected,
-                    uint64_t max_batches = UINT64_MAX) {
-  auto loader = client.OpenLoader(o);
-  REQUIRE(loader.ok());
-  EpochRead out;
-  uint64_t n = 0;
-  while (n++ < max_batches) {
-    auto b = (*loader)->Next();
-    if (!b.ok()) {
-      REQUIRE(b.status().code() == StatusCode::kOutOfRange);
-      break;
-    }
-    std::vector<uint64_t> ids;
-    uint64_t pos = 0;
-    for (size_t i = 0; i < b->size(); ++i) {
-      const auto v = b->sample(i);
-      const std::string got(reinterpret_cast<const char*>(v.data), v.size);
-      REQUIRE(got == expected[b->sample_id(i)]);
-      REQUIRE(v.data == b->data() + pos);  // back to back in batch order
-      pos += v.size;
-      ids.push_back(b->sample_id(i));
-      out.all.push_back(b->sample_id(i));
-    }
-    REQUIRE(pos == b->payload_bytes());
-    if ((*loader)->record_bytes() > 0) REQUIRE(b->record_bytes() == (*loader)->record_bytes());
-    out.batches.push_back(std::move(ids));
-  }
-  return out;
-}
 
 int CountFds() {
   int n = 0;
@@ -165,7 +79,8 @@ std::set<std::string> DevShm() {
 
 }  // namespace
 
-TEST_CASE("batches are byte-exact and every sample comes once per epoch across ranks",
+TEST_CASE("batches are byte-exact and every sample comes once per epoch across ranks, but for "
+          "the padding that gives every rank the same batch count",
           "[serve][integration]") {
   Fixture f;
   serve::LocalService svc(*f.files, f.Options());
@@ -173,27 +88,44 @@ TEST_CASE("batches are byte-exact and every sample comes once per epoch across r
   for (auto* ds : {&f.records, &f.tars}) {
     const std::string name = (*ds)->name;
     ExpectedSamples expected(f.root + "/" + name, **ds);
+    const uint64_t n = expected.size();
     for (auto mode : {Shuffle::kNone, Shuffle::kGlobal, Shuffle::kBlock}) {
-      for (uint32_t world : {1u, 3u}) {
-        CAPTURE(name, static_cast<int>(mode), world);
-        std::vector<int> seen(expected.size(), 0);
-        // One client per rank, as trainers would.
-        for (uint32_t rank = 0; rank < world; ++rank) {
-          auto c = Client::Connect(f.socket);
-          REQUIRE(c.ok());
-          LoaderOptions o;
-          o.dataset = name;
-          o.batch_size = 16;
-          o.seed = 7;
-          o.epoch = 1;
-          o.shuffle = mode;
-          o.rank = rank;
-          o.world_size = world;
-          auto e = ReadEpoch(**c, o, expected);
-          for (uint64_t id : e.all) seen[id]++;
-          for (size_t b = 0; b + 1 < e.batches.size(); ++b) REQUIRE(e.batches[b].size() == 16);
+      for (uint32_t world : {1u, 3u, 7u}) {
+        for (bool pad : {true, false}) {
+          CAPTURE(name, static_cast<int>(mode), world, pad);
+          std::vector<int> seen(n, 0);
+          std::set<size_t> batch_counts;
+          uint64_t total = 0;
+          // One client per rank, as trainers would.
+          for (uint32_t rank = 0; rank < world; ++rank) {
+            auto c = Client::Connect(f.socket);
+            REQUIRE(c.ok());
+            LoaderOptions o;
+            o.dataset = name;
+            o.batch_size = 16;
+            o.seed = 7;
+            o.epoch = 1;
+            o.shuffle = mode;
+            o.rank = rank;
+            o.world_size = world;
+            o.pad = pad;
+            auto e = ReadEpoch(**c, o, expected);
+            for (uint64_t id : e.all) seen[id]++;
+            total += e.all.size();
+            batch_counts.insert(e.batches.size());
+            for (size_t b = 0; b + 1 < e.batches.size(); ++b) REQUIRE(e.batches[b].size() == 16);
+          }
+          if (pad) {
+            // DistributedSampler's contract: equal counts (a DDP job's ranks end together), only
+            // the padding repeated.
+            REQUIRE(batch_counts.size() == 1);
+            REQUIRE(total == (n + world - 1) / world * world);
+            REQUIRE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1 || c == 2; }));
+          } else {
+            REQUIRE(total == n);
+            REQUIRE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
+          }
         }
-        REQUIRE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
       }
     }
   }
@@ -891,10 +823,9 @@ TEST_CASE("the node's future chunk order is reported for the clairvoyant policy"
     po.epoch = epoch;
     po.mode = plan::ShuffleMode::kGlobal;
     po.world_size = 3;
-    po.batch_size = 10;
     auto p = plan::EpochPlan::Make(plan::LayoutOf(*f.records), po);
     REQUIRE(p.ok());
-    for (uint64_t pos = 0; pos < (*p)->used_positions(); ++pos) {
+    for (uint64_t pos = 0; pos < (*p)->dataset_samples(); ++pos) {
       if (pos % 3 == 1) continue;
       const uint64_t id = (*p)->AtPosition(pos);
       const uint32_t shard = static_cast<uint32_t>(id / 250);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -17,6 +18,7 @@
 
 #include "common/batch_ring.h"
 #include "daemon/plan/epoch_plan.h"
+#include "daemon/plan/rank_slice.h"
 #include "daemon/serve/arena.h"
 #include "daemon/serve/batch_assembler.h"
 #include "daemon/serve/prefetcher.h"
@@ -103,11 +105,13 @@ struct GatedFixture {
     locator = std::make_shared<serve::SampleLocator>(*gated, dataset);
     plan::PlanOptions po;
     po.mode = plan::ShuffleMode::kNone;
-    po.batch_size = 16;
     auto p = plan::EpochPlan::Make(plan::LayoutOf(*dataset), po);
     REQUIRE(p.ok());
-    epoch_plan = *p;
-    options.batch_size = 16;
+    plan::SliceOptions so;
+    so.batch_size = 16;
+    auto sl = plan::RankSlice::Make(*p, so);
+    REQUIRE(sl.ok());
+    slice = *sl;
     options.prefetch_batches = 4;
     options.assemble_depth = 2;
     options.lookahead_bytes = 0;
@@ -118,7 +122,7 @@ struct GatedFixture {
   std::unique_ptr<ChunkSource> files;
   std::unique_ptr<GatedSource> gated;
   std::shared_ptr<serve::SampleLocator> locator;
-  std::shared_ptr<const plan::EpochPlan> epoch_plan;
+  std::optional<plan::RankSlice> slice;
   serve::LoaderPipelineOptions options;
 };
 
@@ -130,7 +134,7 @@ TEST_CASE("a slow batch does not let the batches behind it take more than prefet
   serve::BatchAssemblerOptions ao;
   ao.read_threads = 4;
   serve::BatchAssembler assembler(*f.gated, ao);
-  LoaderPipeline pipeline(3, **arena, assembler, f.locator, f.epoch_plan, f.options, 0);
+  LoaderPipeline pipeline(3, **arena, assembler, f.locator, *f.slice, f.options);
 
   // Batch 0 waits at the gate; batches 1.. finish behind it and wait for it in order.
   REQUIRE(testing::Eventually([&] { return f.gated->waiting() > 0; }));
@@ -164,10 +168,10 @@ TEST_CASE("a loader whose client's other loaders hold every slot waits for one i
   serve::BatchAssemblerOptions ao;
   ao.read_threads = 4;
   serve::BatchAssembler assembler(*f.gated, ao);
-  auto first = std::make_unique<LoaderPipeline>(1, **arena, assembler, f.locator, f.epoch_plan, f.options, 0);
+  auto first = std::make_unique<LoaderPipeline>(1, **arena, assembler, f.locator, *f.slice, f.options);
   REQUIRE(testing::Eventually([&] { return (*arena)->FreeSlots() == 0; }));
 
-  LoaderPipeline second(2, **arena, assembler, f.locator, f.epoch_plan, f.options, 0);
+  LoaderPipeline second(2, **arena, assembler, f.locator, *f.slice, f.options);
   auto d = second.Next(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
   REQUIRE(d.status().code() == StatusCode::kDeadlineExceeded);
   CHECK(d.status().message().find("other loaders' prefetched batches") != std::string::npos);
@@ -203,10 +207,13 @@ struct FlakyRig {
     plan::PlanOptions po;
     po.seed = 5;
     po.mode = plan::ShuffleMode::kGlobal;
-    po.batch_size = 10;
     auto p = plan::EpochPlan::Make(plan::LayoutOf(*ds), po);
     REQUIRE(p.ok());
-    epoch_plan = *p;
+    plan::SliceOptions so;
+    so.batch_size = 10;
+    auto sl = plan::RankSlice::Make(*p, so);
+    REQUIRE(sl.ok());
+    slice = *sl;
   }
   testing::TempDir tmp;
   std::string root = tmp.path() + "/data";
@@ -216,7 +223,7 @@ struct FlakyRig {
   std::unique_ptr<serve::Arena> arena;
   std::unique_ptr<serve::BatchAssembler> assembler;
   std::shared_ptr<serve::SampleLocator> locator;
-  std::shared_ptr<const plan::EpochPlan> epoch_plan;
+  std::optional<plan::RankSlice> slice;
 };
 
 TEST_CASE("a pipeline assembling two batches at once delivers plan order and resumes after a read error",
@@ -225,14 +232,12 @@ TEST_CASE("a pipeline assembling two batches at once delivers plan order and res
   FlakyRig rig(failures);
   auto& arena = rig.arena;
   auto& flaky = *rig.flaky;
-  const auto& plan = rig.epoch_plan;
 
   serve::LoaderPipelineOptions lo;
-  lo.batch_size = 10;
   lo.prefetch_batches = 4;
   lo.assemble_depth = 2;
   lo.lookahead_bytes = 0;  // no warm reads: the failures reach the batches themselves
-  auto pipeline = std::make_unique<LoaderPipeline>(7, *arena, *rig.assembler, rig.locator, plan, lo, 0);
+  auto pipeline = std::make_unique<LoaderPipeline>(7, *arena, *rig.assembler, rig.locator, *rig.slice, lo);
 
   std::vector<uint64_t> got;
   int errors = 0;
@@ -260,7 +265,7 @@ TEST_CASE("a pipeline assembling two batches at once delivers plan order and res
   CHECK(errors >= (failures > 0 ? 1 : 0));
   CHECK(errors <= flaky.failed_.load());
   REQUIRE(got.size() == 1000);
-  for (uint64_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == plan->SampleAt(0, i));
+  for (uint64_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == rig.slice->SampleAt(i));
   pipeline.reset();
   CHECK(arena->FreeSlots() == 8);
 }
@@ -270,16 +275,14 @@ TEST_CASE("a pipeline with a batch ring publishes plan order, holds at most its 
   const int failures = GENERATE(0, 2);
   FlakyRig rig(failures);
   auto& arena = rig.arena;
-  const auto& plan = rig.epoch_plan;
   serve::LoaderPipelineOptions lo;
-  lo.batch_size = 10;
   lo.prefetch_batches = 2;
   lo.lookahead_bytes = 0;
   auto ring = serve::BatchRing::Create(3, 10);
   REQUIRE(ring.ok());
   const int ring_fd = (*ring)->fd();
   const uint64_t ring_bytes = (*ring)->bytes();
-  LoaderPipeline pipeline(9, *arena, *rig.assembler, rig.locator, plan, lo, 0, std::move(*ring));
+  LoaderPipeline pipeline(9, *arena, *rig.assembler, rig.locator, *rig.slice, lo, std::move(*ring));
   void* map = mmap(nullptr, ring_bytes, PROT_READ, MAP_SHARED, ring_fd, 0);
   REQUIRE(map != MAP_FAILED);
   const auto* base = static_cast<const uint8_t*>(map);
@@ -329,7 +332,7 @@ TEST_CASE("a pipeline with a batch ring publishes plan order, holds at most its 
   }
   CHECK(errors >= (failures > 0 ? 1 : 0));
   REQUIRE(got.size() == 1000);
-  for (uint64_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == plan->SampleAt(0, k));
+  for (uint64_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == rig.slice->SampleAt(k));
   // Past the end, and beyond the next unpublished entry.
   auto past = pipeline.WaitPublished(header.published.load(), deadline());
   REQUIRE(past.ok());

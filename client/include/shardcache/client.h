@@ -15,6 +15,7 @@
 // sample copies nothing. A Batch is valid until it is destroyed or Release()d; its bytes are
 // never overwritten before that. The arena has a fixed number of slots (HelloResponse), so a
 // trainer that keeps every batch alive gets ResourceExhausted from Next() instead of a hang.
+// Tar samples come with their fields: batch->field(i, "jpg") is a view of that member's bytes.
 //
 // Errors are Status / Result (common/status.h, installed beside this header); no exceptions.
 // The library needs only libprotobuf-lite: no gRPC, no RocksDB.
@@ -26,7 +27,7 @@
 // Each batch described ahead holds an arena slot. Releases are written a few at a time: a
 // released batch's slot returns to the daemon with the next write on its connection (at the
 // latest after 4 releases, or with any other call), and the daemon does not answer releases
-// (local protocol 4). This library speaks protocol 4: a daemon older than that refuses it
+// (local protocol 4). This library speaks protocol 5: a daemon older than that refuses it
 // with FailedPrecondition naming both versions.
 //
 // Thread safety: a Client and its Loaders may be used from several threads; requests on one
@@ -38,7 +39,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -52,6 +55,9 @@ enum class Shuffle { kNone = 0, kGlobal = 1, kBlock = 2 };
 // "none" | "global" | "block".
 Result<Shuffle> ParseShuffle(const std::string& name);
 
+// What one loader reads: rank `rank` of `world_size` of epoch `epoch`'s order (the daemon's
+// daemon/plan/rank_slice.h explains the cut in full). Every rank of a job gets the same number
+// of samples, so every rank runs the same number of batches (DDP-safe).
 struct LoaderOptions {
   std::string dataset;
   uint32_t batch_size = 32;
@@ -61,12 +67,31 @@ struct LoaderOptions {
   uint32_t rank = 0;
   uint32_t world_size = 1;
   // true: every batch of every rank is full; the tail of the epoch's order is dropped (the same
-  // samples for all ranks). false: every sample once; a rank's last batch may be short.
+  // samples for all ranks). false: the last batch may be short, and a rank one sample short of
+  // the others repeats the first sample of its own order, like torch's DistributedSampler
+  // (at most world_size - 1 samples of an epoch are read twice).
   bool drop_last = false;
-  // Resume point: samples of this rank already consumed in `epoch` (LoaderState).
+  // With drop_last = false: false gives every sample exactly once instead, and ranks that differ
+  // by one sample (evaluation; not for DDP training, whose ranks must run equal batch counts).
+  bool pad = true;
+  // Resume point: samples of this rank already consumed in `epoch` after start_position
+  // (LoaderState::samples_consumed).
   uint64_t samples_consumed = 0;
-  // Block shuffle window in shards; 0 = the daemon's automatic size.
+  // Resume on another world size: the global positions of the epoch's order every rank has
+  // consumed (LoaderState::GlobalPosition of the old job's state); the ranks split the rest.
+  uint64_t start_position = 0;
+  // Block shuffle window in shards; 0 = the daemon's automatic size (which depends on the world
+  // size: a job resumed on another world size passes the old loader's block_window_shards()).
   uint32_t block_window_shards = 0;
+  // DataLoader-style workers: this loader reads batches worker, worker + num_workers, ... of the
+  // rank's batches, so that taking one batch from each worker in turn gives the rank's order.
+  uint32_t worker = 0;
+  uint32_t num_workers = 1;
+  // Tar datasets: describe each sample's fields (members) with its batch (Batch::field).
+  bool fields = true;
+  // Non-empty: refuse to open (FailedPrecondition naming both versions) unless the dataset is at
+  // this version; a resume passes the version its state was saved with.
+  std::string expect_version;
   // How long Next() lets the daemon wait for data; 0 = the daemon's default.
   uint32_t next_timeout_ms = 0;
   std::string job;  // informational
@@ -74,7 +99,17 @@ struct LoaderOptions {
 
 struct LoaderState {
   uint64_t epoch = 0;
+  // The rank's resume point: samples of the rank consumed after start_position (for a worker's
+  // loader, once the other workers' batches before its last one are consumed too).
   uint64_t samples_consumed = 0;
+  uint64_t start_position = 0;
+  uint32_t world_size = 1;
+  // The global positions of the epoch every rank has consumed when all ranks stand at
+  // samples_consumed (DDP ranks move in step): a resume point for any world size.
+  uint64_t GlobalPosition(uint64_t dataset_samples) const {
+    const uint64_t p = start_position + samples_consumed * world_size;
+    return p < dataset_samples ? p : dataset_samples;
+  }
 };
 
 // A read-only view of bytes in the arena.
@@ -85,10 +120,20 @@ struct ByteView {
   const uint8_t* end() const { return data + size; }
 };
 
+// One part of a sample (a WebDataset tar member): its name, the member name's extension
+// ("jpg", "cls", "seg.png"), and its bytes.
+struct Field {
+  std::string_view name;
+  ByteView bytes;
+};
+
 namespace client_internal {
 struct Connection;
 struct LoaderCore;
 }  // namespace client_internal
+namespace sample_fields {
+class FieldsView;
+}  // namespace sample_fields
 
 // One batch in shared memory. Move-only; destroying it (or Release()) returns its slot.
 class Batch {
@@ -112,6 +157,16 @@ class Batch {
   // How long the daemon waited for this batch's data (0 when it was prefetched).
   uint64_t wait_us() const { return wait_us_; }
 
+  // Fields of tar samples (LoaderOptions::fields): views into the batch, like sample(i).
+  bool has_fields() const { return fields_ != nullptr; }
+  // Sample i's WebDataset key; "" without fields.
+  std::string_view key(size_t i) const;
+  size_t field_count(size_t i) const;
+  // Sample i's k-th field, in tar order. REQUIRES: k < field_count(i).
+  Field field(size_t i, size_t k) const;
+  // Sample i's field called `name`; nullopt when it has none.
+  std::optional<ByteView> field(size_t i, std::string_view name) const;
+
   // Returns the slot now; the batch is empty afterwards. Idempotent.
   Status Release();
 
@@ -130,6 +185,7 @@ class Batch {
   std::vector<uint64_t> ids_;
   std::vector<uint64_t> offsets_;
   std::vector<uint64_t> lengths_;
+  std::unique_ptr<sample_fields::FieldsView> fields_;  // checked table in the slot, or null
 };
 
 class Loader {
@@ -151,10 +207,19 @@ class Loader {
   // ring_entries()). Resume from state().
   Result<LoaderState> QueryState();
 
+  // This rank's samples in the epoch (from start_position; padding included).
   uint64_t samples_per_epoch() const;
+  // Samples this loader delivers from its resume point (its worker's share).
+  uint64_t loader_samples() const;
   uint64_t dataset_samples() const;
   uint64_t record_bytes() const;
   const std::string& version() const;
+  // "records" | "tar" | "megatron".
+  const std::string& format() const;
+  // Megatron: the tokens' numpy dtype name ("uint16", "int32", ...); "" otherwise.
+  const std::string& sample_dtype() const;
+  // Block shuffle: the window the plan used (pass it back when resuming on another world size).
+  uint32_t block_window_shards() const;
   const LoaderOptions& options() const;
   // Batches the daemon describes ahead at most (the size of the loader's batch ring).
   uint32_t ring_entries() const;
