@@ -37,6 +37,7 @@ constexpr uint32_t kMaxUnsentReleases = 4;
 // that comes with it is that call's. Everything is serialized by mu.
 struct Connection {
   int fd = -1;
+  pid_t owner = ::getpid();  // a forked child must not talk on its parent's socket
   const uint8_t* arena = nullptr;
   uint64_t arena_bytes = 0;
   uint32_t slot_count = 0;
@@ -57,6 +58,7 @@ struct Connection {
   // Sends req (after the queued releases) and reads its response; *received_fd gets a
   // descriptor passed with it (or -1).
   Status Call(const v1::LocalRequest& req, v1::LocalResponse* resp, int* received_fd = nullptr) {
+    if (Inherited()) return InheritedError();
     std::lock_guard<std::mutex> l(mu);
     if (broken) return Unavailable("connection to shardcached was lost");
     AppendLocked(req);
@@ -71,10 +73,19 @@ struct Connection {
 
   // Queues a ReleaseBatch (sent with no_reply: nothing to wait for, nothing to read).
   void QueueRelease(const v1::LocalRequest& req) {
+    if (Inherited()) return;  // the parent releases its own batches
     std::lock_guard<std::mutex> l(mu);
     if (broken) return;
     AppendLocked(req);
     if (++unsent_releases >= kMaxUnsentReleases && !FlushLocked().ok()) broken = true;
+  }
+
+  // True in a child process made by fork(): its requests would interleave with the parent's on
+  // one socket.
+  bool Inherited() const { return ::getpid() != owner; }
+  static Status InheritedError() {
+    return FailedPrecondition("this shardcache connection was opened by another process (fork); "
+                              "connect a new Client in this process");
   }
 
   static Status StatusOf(const v1::LocalResponse& r) {
@@ -251,6 +262,7 @@ Batch& Batch::operator=(Batch&& o) noexcept {
     record_bytes_ = o.record_bytes_;
     seq_ = o.seq_;
     wait_us_ = o.wait_us_;
+    consumed_after_ = o.consumed_after_;
     ids_ = std::move(o.ids_);
     offsets_ = std::move(o.offsets_);
     lengths_ = std::move(o.lengths_);
@@ -389,6 +401,7 @@ Result<Batch> Loader::Next() {
   b.record_bytes_ = c.record_bytes;
   b.seq_ = seq;
   b.wait_us_ = wait_us;
+  b.consumed_after_ = rank_consumed;
   {
     std::lock_guard<std::mutex> l(c.mu);
     c.consumed = rank_consumed;

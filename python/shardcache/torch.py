@@ -1,70 +1,417 @@
-"""torch integration: an IterableDataset over a shardcache loader.
+"""torch integration: a DataLoader-ready IterableDataset over the node's shardcached.
 
 torch is imported when this module is imported, never by `import shardcache`, so the client
 works on machines without torch.
 
-    from shardcache.torch import IterableDataset
-    ds = IterableDataset("/run/shardcache/shardcached.sock", "tokens-v3", batch_size=32,
-                         seed=17, shuffle="block", rank=rank, world_size=world, drop_last=True)
+    from shardcache.torch import IterableDataset, DataLoader
+    ds = IterableDataset("/run/shardcache/shardcached.sock", "imagenet-wds", batch_size=64,
+                         seed=17, shuffle="block")       # rank/world_size from torch.distributed
+    loader = DataLoader(ds, num_workers=4)              # batch_size=None: items are batches
     for epoch in range(3):
-        ds.set_epoch(epoch)
-        for x, ids in torch.utils.data.DataLoader(ds, batch_size=None):
-            ...   # x: uint8 tensor [B, record_bytes] (zero-copy view of shared memory)
+        ds.set_epoch(epoch)                             # optional: epochs also advance by themselves
+        for batch in loader:
+            images = batch["jpg"]                       # Ragged: batch["jpg"][i] is a uint8 tensor
+            labels = batch["cls"]
+        ...
+    state = loader.state_dict()                         # what the trainer has seen, exactly
+    # later, on any number of workers or ranks: loader.load_state_dict(state)
 
-Each item is one whole batch (use DataLoader(batch_size=None)). Dense datasets (fixed-size
-records) yield (tensor, sample_ids); others yield (list of uint8 tensors, sample_ids).
-The tensors view shared memory: the batch's slot returns to the daemon when they are freed.
-Use num_workers=0 (the daemon already prefetches; workers would each need their own rank).
+Items are whole batches (one per DataLoader step; use batch_size=None with a plain DataLoader):
+  records  -> (uint8 tensor [B, record_bytes], int64 tensor of sample ids)
+  tar      -> {"__key__": [str], "__id__": int64 tensor, "<ext>": Ragged, ...}: one entry per
+              member name ("jpg", "cls", "seg.png"); Ragged views the batch's bytes, no copy
+  megatron -> {"__id__": int64 tensor, "tokens": Ragged of token tensors, "length": int64 tensor}
+              (tokens in the .idx dtype; uint16, which torch lacks, is widened to int32)
+`decode=` turns tar fields into values ({"cls": int} or "basic": cls/id/index -> int tensor,
+txt -> str, json -> object, npy -> array); `map=` runs on every sample in the worker (a dict of
+memoryviews for tar, a numpy array otherwise) and `collate=` (default torch's default_collate)
+turns the mapped samples into the item.
+
+DataLoader workers: worker k of K reads batches k, k+K, ... of its rank, so a DataLoader, which
+takes one batch from each worker in turn, yields exactly the rank's order whatever num_workers
+is, each sample once. Every rank yields the same number of batches (DDP-safe): with
+drop_last=False a rank one sample short repeats the first sample of its own order, like
+torch's DistributedSampler; drop_last=True drops the epoch's last samples instead.
+
+Epochs: each new iteration starts the next epoch unless set_epoch() or load_state_dict() was
+called since (logged once), whether or not workers are persistent.
+
+Resume: shardcache.torch.DataLoader counts what it has yielded, so its state_dict() (the same as
+the dataset's) is exact with any num_workers; a plain torch DataLoader is exact only with
+num_workers=0, and with workers the dataset's state_dict() raises instead of guessing. A state
+holds the dataset version and plan parameters; resuming on another version raises naming both,
+and resuming on another world size continues the epoch with no sample repeated or skipped.
 """
+import json
+import logging
+import multiprocessing
+import os
+
+import numpy as _np
 import torch as _torch
 
 import shardcache as _sc
 
+__all__ = ["IterableDataset", "DataLoader", "Ragged", "BASIC_DECODERS"]
 
-class IterableDataset(_torch.utils.data.IterableDataset):
-    def __init__(self, socket_path, dataset, batch_size=32, seed=0, epoch=0, shuffle="none",
-                 rank=0, world_size=1, drop_last=False):
-        super().__init__()
-        self._socket_path = socket_path
-        self._kwargs = dict(batch_size=batch_size, seed=seed, epoch=epoch, shuffle=shuffle,
-                            rank=rank, world_size=world_size, drop_last=drop_last)
-        self._dataset = dataset
-        self._client = None
-        self._loader = None
-        self._pending_state = None
+_log = logging.getLogger("shardcache.torch")
 
-    def _get_loader(self):
-        if self._loader is None:
-            self._client = _sc.Client(self._socket_path)
-            self._loader = self._client.loader(self._dataset, **self._kwargs)
-            if self._pending_state is not None:
-                self._loader.load_state_dict(self._pending_state)
-                self._pending_state = None
-        return self._loader
+# DataLoader workers one dataset supports (one shared counter each).
+MAX_WORKERS = 256
 
-    def set_epoch(self, epoch):
-        self._kwargs["epoch"] = epoch
-        if self._loader is not None:
-            self._loader.set_epoch(epoch)
 
-    def state_dict(self):
-        return self._get_loader().state_dict()
+class Ragged:
+    """One field of a batch: variable-length values as views of one flat tensor.
 
-    def load_state_dict(self, state):
-        if self._loader is None:
-            self._pending_state = dict(state)
-        else:
-            self._loader.load_state_dict(state)
+    ragged[i] is sample i's value (a 1-D tensor view, or None when the sample lacks the field);
+    len(ragged) is the batch size. Passing it between processes moves three tensors, not one
+    per sample.
+    """
+    __slots__ = ("data", "offsets", "lengths")
+
+    def __init__(self, data, offsets, lengths):
+        self.data = data          # 1-D tensor
+        self.offsets = offsets    # int64 tensor [B], in elements of data
+        self.lengths = lengths    # int64 tensor [B], -1 where absent
 
     def __len__(self):
-        return len(self._get_loader())
+        return len(self.offsets)
+
+    def __getitem__(self, i):
+        n = int(self.lengths[i])
+        if n < 0:
+            return None
+        o = int(self.offsets[i])
+        return self.data[o:o + n]
 
     def __iter__(self):
-        loader = self._get_loader()
-        for batch in loader:
-            ids = _torch.from_numpy(batch.sample_ids)
-            if batch.record_bytes:
-                yield _torch.from_dlpack(batch), ids
+        return (self[i] for i in range(len(self)))
+
+    def tolist(self):
+        return list(self)
+
+    def stack(self):
+        """A [B, L] tensor (a copy) when every sample has the field at the same length."""
+        lengths = self.lengths.tolist()
+        if not lengths or min(lengths) < 0 or min(lengths) != max(lengths):
+            raise ValueError("samples have this field at different lengths (or lack it): cannot stack")
+        return _torch.stack(list(self))
+
+    def pin_memory(self):
+        return Ragged(self.data.pin_memory(), self.offsets, self.lengths)
+
+    def __repr__(self):
+        return "Ragged(%d values, %s)" % (len(self), self.data.dtype)
+
+
+def _int(b):
+    return int(bytes(b))
+
+
+BASIC_DECODERS = {
+    "cls": _int, "cls2": _int, "class": _int, "index": _int, "inx": _int, "id": _int, "count": _int,
+    "txt": lambda b: bytes(b).decode("utf-8"), "text": lambda b: bytes(b).decode("utf-8"),
+    "json": lambda b: json.loads(bytes(b)), "jsn": lambda b: json.loads(bytes(b)),
+    "npy": lambda b: _np.load(__import__("io").BytesIO(bytes(b)), allow_pickle=False),
+}
+
+# Shared (cross-process) slots: set_epoch/load_state_dict in the main process reach workers,
+# persistent or not, and workers report that they ran under a plain DataLoader.
+_BASE_EPOCH, _RESUME, _RESUME_START, _RESUME_CONSUMED, _RESUME_WINDOW, _UNTAGGED, _LOGGED = range(7)
+_COUNTS = 8  # then one iteration counter per worker
+
+
+class _Tagged:
+    """A worker's item with the rank's progress after it, for shardcache.torch.DataLoader."""
+    __slots__ = ("progress", "item")
+
+    def __init__(self, progress, item):
+        self.progress = progress
+        self.item = item
+
+    def pin_memory(self):
+        return _Tagged(self.progress, _torch.utils.data._utils.pin_memory.pin_memory(self.item))
+
+
+class _TaggedCollate:
+    """The DataLoader's collate_fn (default_convert unless given) applied inside the tag, in the
+    worker, so that items look the same with or without tags."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, data):
+        if isinstance(data, _Tagged):
+            return _Tagged(data.progress, self.fn(data.item))
+        return self.fn(data)
+
+
+def _default_rank_world():
+    dist = _torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class IterableDataset(_torch.utils.data.IterableDataset):
+    """Batches of one rank of a dataset served by the node's shardcached (see the module doc)."""
+
+    def __init__(self, socket_path, dataset, batch_size=32, seed=0, epoch=0, shuffle="none",
+                 rank=None, world_size=None, drop_last=False, map=None, collate=None, decode=None,
+                 block_window_shards=0, timeout_ms=0):
+        super().__init__()
+        if rank is None or world_size is None:
+            r, w = _default_rank_world()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        if shuffle not in ("none", "global", "block"):
+            raise ValueError("shuffle %r is not one of none|global|block" % (shuffle,))
+        self.socket_path = socket_path or _sc.DEFAULT_SOCKET
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.rank = rank
+        self.world_size = world_size
+        self.drop_last = drop_last
+        self.map = map
+        self.collate = collate
+        self.decode = BASIC_DECODERS if decode == "basic" else (decode or {})
+        self.block_window_shards = block_window_shards
+        self.timeout_ms = timeout_ms
+        self._shared = multiprocessing.RawArray("q", _COUNTS + MAX_WORKERS)
+        self._shared[_BASE_EPOCH] = epoch
+        self._version = multiprocessing.RawArray("c", 64)  # the resumed state's version
+        self._tagged = False          # set by shardcache.torch.DataLoader
+        self._progress = None         # main process: the last item's (epoch, start, consumed, per rank, version, window)
+        self._client = None
+        self._client_pid = None
+        self._len_cache = None
+
+    # ---- epochs and state
+
+    def set_epoch(self, epoch):
+        """The next iteration reads epoch `epoch` from its start (in every worker)."""
+        s = self._shared
+        s[_BASE_EPOCH] = epoch
+        s[_RESUME] = 0
+        s[_COUNTS:] = [0] * MAX_WORKERS
+        self._progress = None
+
+    def state_dict(self):
+        """Where the trainer stands: the batches the DataLoader has yielded, not what workers
+        prefetched. Resumes exactly with load_state_dict() on any num_workers or world size."""
+        p = self._progress
+        if p is None:
+            if self._shared[_UNTAGGED] and not self._tagged:
+                raise RuntimeError(
+                    "state_dict() cannot know what a plain torch DataLoader with workers has yielded "
+                    "(its workers prefetch); iterate with shardcache.torch.DataLoader, whose "
+                    "state_dict() is exact, or with num_workers=0")
+            s = self._shared
+            if s[_RESUME]:
+                p = (s[_BASE_EPOCH], s[_RESUME_START], s[_RESUME_CONSUMED], None,
+                     self._version.value.decode(), s[_RESUME_WINDOW])
             else:
-                yield [_torch.frombuffer(batch.sample(i), dtype=_torch.uint8)
-                       for i in range(len(batch))], ids
+                p = (s[_BASE_EPOCH] + s[_COUNTS], 0, 0, None, "", self.block_window_shards)
+        epoch, start, consumed, per_rank, version, window = p
+        if per_rank is not None and consumed >= per_rank:
+            # The epoch is done: resume at the start of the next one.
+            epoch, start, consumed, window = epoch + 1, 0, 0, self.block_window_shards
+        return {
+            "dataset": self.dataset, "version": version, "seed": self.seed, "epoch": epoch,
+            "shuffle": self.shuffle, "batch_size": self.batch_size, "drop_last": self.drop_last,
+            "pad": True, "rank": self.rank, "world_size": self.world_size,
+            "start_position": start, "samples_consumed": consumed,
+            "position": start + consumed * self.world_size, "block_window_shards": window,
+        }
+
+    def load_state_dict(self, state):
+        """Continue from state_dict() of this dataset, or of another rank, world size or worker
+        count of the same job. The dataset must still be at the state's version."""
+        for key in ("dataset", "seed", "shuffle", "batch_size", "drop_last"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError("state_dict was saved with a different %s: %r (this dataset: %r)"
+                                 % (key, state[key], getattr(self, key)))
+        if state.get("world_size") == self.world_size and state.get("rank") == self.rank:
+            start, consumed = state.get("start_position", 0), state["samples_consumed"]
+        elif "position" in state:
+            start, consumed = state["position"], 0
+        else:
+            raise ValueError("state_dict has no global 'position' (saved by an older shardcache): "
+                             "resume it with the world_size and rank it was saved with")
+        version = state.get("version", "") or ""
+        s = self._shared
+        s[_COUNTS:] = [0] * MAX_WORKERS
+        s[_BASE_EPOCH] = state["epoch"]
+        s[_RESUME_START] = start
+        s[_RESUME_CONSUMED] = consumed
+        s[_RESUME_WINDOW] = state.get("block_window_shards", self.block_window_shards)
+        self._version.value = version.encode()
+        s[_RESUME] = 1
+        self._progress = None
+        self._len_cache = None
+
+    # ---- iteration
+
+    def __len__(self):
+        """Batches per epoch for this rank (what every rank's DataLoader yields)."""
+        if self._len_cache is None:
+            loader = self._open(self._shared[_BASE_EPOCH], 0, 1, fields=False)
+            n = loader.samples_per_epoch
+            loader.close()
+            self._len_cache = n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return self._len_cache
+
+    def __iter__(self):
+        info = _torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if workers > MAX_WORKERS:
+            raise ValueError("shardcache.torch supports at most %d DataLoader workers" % MAX_WORKERS)
+        s = self._shared
+        if info is not None and not self._tagged:
+            s[_UNTAGGED] = 1
+        count = s[_COUNTS + worker]
+        s[_COUNTS + worker] = count + 1
+        epoch = s[_BASE_EPOCH] + count
+        if count > 0 and worker == 0 and not s[_LOGGED]:
+            s[_LOGGED] = 1
+            _log.info("shardcache: starting epoch %d of '%s' by itself (set_epoch was not called since "
+                      "the last iteration)", epoch, self.dataset)
+        loader = self._open(epoch, worker, workers, fields=True)
+        if count == 0 and s[_RESUME]:
+            loader.load_state_dict({
+                "epoch": epoch, "rank": self.rank, "world_size": self.world_size,
+                "start_position": s[_RESUME_START], "samples_consumed": s[_RESUME_CONSUMED],
+                "block_window_shards": s[_RESUME_WINDOW], "version": self._version.value.decode()})
+        try:
+            per_rank = loader.samples_per_epoch
+            version = loader.version
+            window = s[_RESUME_WINDOW] if count == 0 and s[_RESUME] else self.block_window_shards
+            start = s[_RESUME_START] if count == 0 and s[_RESUME] else 0
+            convert = self._converter(loader)
+            for batch in loader:
+                progress = (epoch, start, batch.samples_consumed_after, per_rank, version, window)
+                item = convert(batch)
+                del batch
+                if self._tagged and info is not None:
+                    yield _Tagged(progress, item)
+                else:
+                    self._progress = progress
+                    yield item
+        finally:
+            loader.close()
+
+    def _note(self, progress):
+        # The DataLoader yielded the item that came with `progress`.
+        self._progress = progress
+
+    def _client_here(self):
+        # A connection belongs to one process: a forked worker connects anew.
+        if self._client is None or self._client_pid != os.getpid():
+            self._client = _sc.Client(self.socket_path)
+            self._client_pid = os.getpid()
+        return self._client
+
+    def _open(self, epoch, worker, workers, fields):
+        return self._client_here().loader(
+            self.dataset, batch_size=self.batch_size, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+            rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
+            block_window_shards=self.block_window_shards, timeout_ms=self.timeout_ms,
+            worker=worker, num_workers=workers, fields=fields)
+
+    def __getstate__(self):
+        # Workers started by spawn get a copy without the connection.
+        state = dict(self.__dict__)
+        state["_client"] = None
+        state["_client_pid"] = None
+        return state
+
+    # ---- batch -> item
+
+    def _converter(self, loader):
+        fmt = loader.format
+        if self.map is not None:
+            collate = self.collate or _torch.utils.data.default_collate
+            sample = self._sample_reader(fmt, loader)
+            return lambda b: collate([self.map(sample(b, i)) for i in range(len(b))])
+        if fmt == "records":
+            return lambda b: (_torch.from_dlpack(b), _torch.from_numpy(b.sample_ids))
+        if fmt == "megatron":
+            return self._megatron_converter(_np.dtype(loader.sample_dtype))
+        return self._tar_item
+
+    def _sample_reader(self, fmt, loader):
+        if fmt == "tar":
+            def tar_sample(b, i):
+                d = b.fields(i)
+                for name, fn in self.decode.items():
+                    if name in d:
+                        d[name] = fn(d[name])
+                return d
+            return tar_sample
+        dtype = _np.dtype(loader.sample_dtype or "uint8")
+        return lambda b, i: _np.frombuffer(b.sample(i), dtype=dtype)
+
+    def _tar_item(self, b):
+        item = {"__key__": b.keys, "__id__": _torch.from_numpy(b.sample_ids)}
+        payload = _torch.frombuffer(b.data, dtype=_torch.uint8) if b.payload_bytes else _torch.empty(0, dtype=_torch.uint8)
+        for name, (offsets, lengths) in b.columns().items():
+            fn = self.decode.get(name)
+            if fn is None:
+                item[name] = Ragged(payload, _torch.from_numpy(offsets), _torch.from_numpy(lengths))
+                continue
+            values = [None if n < 0 else fn(payload[o:o + n].numpy().data)
+                      for o, n in zip(offsets.tolist(), lengths.tolist())]
+            item[name] = _torch.tensor(values) if values and all(type(v) is int for v in values) else values
+        return item
+
+    @staticmethod
+    def _megatron_converter(dtype):
+        wide = _np.dtype("int32") if dtype == _np.dtype("uint16") else dtype
+
+        def item(b):
+            n = len(b)
+            offsets = _np.empty(n, dtype=_np.int64)
+            lengths = _np.empty(n, dtype=_np.int64)
+            for i in range(n):
+                v = b.sample(i)
+                lengths[i] = len(v) // dtype.itemsize
+            offsets[0:1] = 0
+            _np.cumsum(lengths[:-1], out=offsets[1:])
+            tokens = _np.frombuffer(b.data, dtype=dtype) if b.payload_bytes else _np.empty(0, dtype)
+            data = _torch.from_numpy(tokens.astype(wide) if wide != dtype else tokens)
+            return {"__id__": _torch.from_numpy(b.sample_ids),
+                    "tokens": Ragged(data, _torch.from_numpy(offsets), _torch.from_numpy(lengths.copy())),
+                    "length": _torch.from_numpy(lengths)}
+        return item
+
+
+class DataLoader(_torch.utils.data.DataLoader):
+    """torch's DataLoader for a shardcache.torch.IterableDataset that knows what it has yielded:
+    state_dict() / load_state_dict() resume exactly with any num_workers. Items are batches
+    (batch_size defaults to None)."""
+
+    def __init__(self, dataset, **kwargs):
+        if not isinstance(dataset, IterableDataset):
+            raise TypeError("shardcache.torch.DataLoader takes a shardcache.torch.IterableDataset")
+        kwargs.setdefault("batch_size", None)
+        if kwargs["batch_size"] is not None:
+            raise ValueError("items of a shardcache.torch.IterableDataset are batches already: "
+                             "leave batch_size=None (set the dataset's batch_size)")
+        kwargs["collate_fn"] = _TaggedCollate(kwargs.get("collate_fn") or _torch.utils.data.default_convert)
+        super().__init__(dataset, **kwargs)
+        dataset._tagged = True
+
+    def __iter__(self):
+        for item in super().__iter__():
+            if isinstance(item, _Tagged):
+                self.dataset._note(item.progress)
+                item = item.item
+            yield item
+
+    def state_dict(self):
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state):
+        self.dataset.load_state_dict(state)

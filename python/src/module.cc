@@ -10,9 +10,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "shardcache/client.h"
 #include "python/src/stager_binding.h"
@@ -105,15 +108,70 @@ class PyBatch {
     return py::memoryview(owner);
   }
 
+  size_t Index(py::ssize_t i) const {
+    const auto n = static_cast<py::ssize_t>(b().size());
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) throw py::index_error("sample index out of range");
+    return static_cast<size_t>(i);
+  }
+
   py::memoryview sample(py::ssize_t i) const {
-    const auto& bb = b();
-    if (i < 0) i += static_cast<py::ssize_t>(bb.size());
-    if (i < 0 || static_cast<size_t>(i) >= bb.size()) throw py::index_error("sample index out of range");
-    const auto v = bb.sample(static_cast<size_t>(i));
+    const auto v = b().sample(Index(i));
     return View(v.data, v.size);
   }
 
   py::memoryview data() const { return View(b().data(), b().payload_bytes()); }
+
+  // Tar samples (fields): keys, one sample's fields, and every field of the batch as columns.
+  py::list keys() const {
+    const auto& bb = b();
+    py::list out(bb.size());
+    for (size_t i = 0; i < bb.size(); ++i) {
+      const std::string_view k = bb.key(i);
+      out[i] = py::str(k.data(), k.size());
+    }
+    return out;
+  }
+
+  py::dict fields(py::ssize_t i) const {
+    const auto& bb = b();
+    const size_t at = Index(i);
+    py::dict d;
+    const std::string_view k = bb.key(at);
+    d["__key__"] = py::str(k.data(), k.size());
+    d["__id__"] = py::int_(bb.sample_id(at));
+    for (size_t m = 0; m < bb.field_count(at); ++m) {
+      const Field f = bb.field(at, m);
+      d[py::str(f.name.data(), f.name.size())] = View(f.bytes.data, f.bytes.size);
+    }
+    return d;
+  }
+
+  // name -> (offsets, lengths): int64 arrays over the batch's samples, offsets from the payload
+  // start, length -1 where a sample lacks the field. One pass in C++, so that a trainer (or a
+  // DataLoader worker) turns a batch into per-field views without a Python loop per member.
+  py::dict columns() const {
+    const auto& bb = b();
+    const auto n = static_cast<py::ssize_t>(bb.size());
+    std::map<std::string_view, std::pair<py::array_t<int64_t>, py::array_t<int64_t>>> cols;
+    for (size_t i = 0; i < bb.size(); ++i) {
+      for (size_t m = 0; m < bb.field_count(i); ++m) {
+        const Field f = bb.field(i, m);
+        auto it = cols.find(f.name);
+        if (it == cols.end()) {
+          py::array_t<int64_t> offs(n), lens(n);
+          std::fill_n(offs.mutable_data(), n, 0);
+          std::fill_n(lens.mutable_data(), n, -1);
+          it = cols.emplace(f.name, std::make_pair(std::move(offs), std::move(lens))).first;
+        }
+        it->second.first.mutable_data()[i] = static_cast<int64_t>(f.bytes.data - bb.data());
+        it->second.second.mutable_data()[i] = static_cast<int64_t>(f.bytes.size);
+      }
+    }
+    py::dict d;
+    for (auto& [name, arrays] : cols) d[py::str(name.data(), name.size())] = py::make_tuple(arrays.first, arrays.second);
+    return d;
+  }
 
   py::capsule dlpack(py::object stream) const {
     if (!stream.is_none()) throw py::buffer_error("shardcache batches live in host memory; stream must be None");
@@ -169,7 +227,8 @@ struct PyClient {
 
 class PyLoader {
  public:
-  PyLoader(std::shared_ptr<Client> client, LoaderOptions o) : client_(std::move(client)), o_(std::move(o)) {}
+  PyLoader(std::shared_ptr<Client> client, LoaderOptions o)
+      : client_(std::move(client)), o_(std::move(o)), requested_window_(o_.block_window_shards) {}
 
   PyLoader& iter() { return *this; }
 
@@ -187,10 +246,21 @@ class PyLoader {
     return PyBatch(std::move(*b));
   }
 
+  // Where this rank stands in its epoch. `position` (the global positions every rank has
+  // consumed, when the ranks move in step) lets a job resume on another world size.
   py::dict state_dict() {
+    LoaderState st;
+    if (loader_) {
+      st = loader_->state();
+    } else {  // never opened, or closed: what the next iteration would open
+      st.epoch = o_.epoch;
+      st.samples_consumed = o_.samples_consumed;
+      st.start_position = o_.start_position;
+      st.world_size = o_.world_size;
+    }
     py::dict d;
     d["dataset"] = o_.dataset;
-    d["version"] = loader_ ? loader_->version() : version_;
+    d["version"] = loader_ ? loader_->version() : seen_.version.empty() ? o_.expect_version : seen_.version;
     d["seed"] = o_.seed;
     d["epoch"] = o_.epoch;
     d["shuffle"] = ShuffleName(o_.shuffle);
@@ -198,13 +268,23 @@ class PyLoader {
     d["world_size"] = o_.world_size;
     d["batch_size"] = o_.batch_size;
     d["drop_last"] = o_.drop_last;
-    d["samples_consumed"] = loader_ ? loader_->state().samples_consumed : o_.samples_consumed;
+    d["pad"] = o_.pad;
+    d["samples_consumed"] = st.samples_consumed;
+    d["start_position"] = st.start_position;
+    d["position"] = st.GlobalPosition(seen_.dataset_samples);
+    d["block_window_shards"] = seen_.window != 0 ? seen_.window : o_.block_window_shards;
     return d;
   }
 
-  // Continues from a state_dict() of a loader with the same dataset, seed, shuffle, rank and
-  // world size; the epoch and position come from the state.
+  // Continues from a state_dict() of a loader with the same dataset, seed, shuffle, batch size
+  // and tail; the epoch and position come from the state. Another rank or world size continues
+  // the epoch from the state's global position (every rank of the old job at the same step).
+  // The dataset must still be at the state's version (the next iteration raises otherwise).
   void load_state_dict(py::dict d) {
+    auto need = [&](const char* key) -> py::object {
+      if (!d.contains(key)) throw py::value_error(std::string("state_dict has no '") + key + "'");
+      return d[key];
+    };
     auto check = [&](const char* key, py::object mine) {
       if (d.contains(key) && !py::object(d[key]).equal(mine)) {
         throw py::value_error(std::string("state_dict was saved with a different ") + key + ": " +
@@ -215,13 +295,29 @@ class PyLoader {
     check("dataset", py::str(o_.dataset));
     check("seed", py::int_(o_.seed));
     check("shuffle", py::str(ShuffleName(o_.shuffle)));
-    check("rank", py::int_(o_.rank));
-    check("world_size", py::int_(o_.world_size));
     check("batch_size", py::int_(o_.batch_size));
     check("drop_last", py::bool_(o_.drop_last));
+    check("pad", py::bool_(o_.pad));
+    const uint64_t epoch = need("epoch").cast<uint64_t>();
+    uint64_t start = 0, consumed = 0;
+    const bool same_ranks = need("world_size").cast<uint32_t>() == o_.world_size &&
+                            need("rank").cast<uint32_t>() == o_.rank;
+    if (same_ranks) {
+      start = d.contains("start_position") ? d["start_position"].cast<uint64_t>() : 0;
+      consumed = need("samples_consumed").cast<uint64_t>();
+    } else if (d.contains("position")) {
+      start = d["position"].cast<uint64_t>();
+    } else {
+      throw py::value_error("state_dict has no global 'position' (saved by an older shardcache): resume it "
+                            "with the world_size and rank it was saved with");
+    }
     Close();
-    o_.epoch = d["epoch"].cast<uint64_t>();
-    o_.samples_consumed = d["samples_consumed"].cast<uint64_t>();
+    o_.epoch = epoch;
+    o_.start_position = start;
+    o_.samples_consumed = consumed;
+    o_.expect_version = d.contains("version") ? d["version"].cast<std::string>() : "";
+    o_.block_window_shards = d.contains("block_window_shards") ? d["block_window_shards"].cast<uint32_t>()
+                                                                 : requested_window_;
   }
 
   // Starts epoch `epoch` from its beginning (the next iteration opens it).
@@ -229,6 +325,9 @@ class PyLoader {
     Close();
     o_.epoch = epoch;
     o_.samples_consumed = 0;
+    o_.start_position = 0;
+    o_.expect_version.clear();
+    o_.block_window_shards = requested_window_;
   }
 
   uint64_t len() {
@@ -236,13 +335,9 @@ class PyLoader {
     const uint64_t n = loader_->samples_per_epoch();
     return o_.drop_last ? n / o_.batch_size : (n + o_.batch_size - 1) / o_.batch_size;
   }
-  uint64_t samples_per_epoch() {
+  Loader& open() {
     Open();
-    return loader_->samples_per_epoch();
-  }
-  uint64_t record_bytes() {
-    Open();
-    return loader_->record_bytes();
+    return *loader_;
   }
   uint64_t epoch() const { return o_.epoch; }
   void close() { Close(); }
@@ -260,7 +355,7 @@ class PyLoader {
     }
     if (!l.ok()) Raise(l.status());
     loader_ = std::move(*l);
-    version_ = loader_->version();
+    seen_ = {loader_->version(), loader_->dataset_samples(), loader_->block_window_shards()};
   }
   void Close() {
     if (!loader_) return;
@@ -272,8 +367,14 @@ class PyLoader {
 
   std::shared_ptr<Client> client_;
   LoaderOptions o_;
+  const uint32_t requested_window_;
   std::unique_ptr<Loader> loader_;
-  std::string version_;
+  // What the last open loader said (state_dict() of a closed loader still names them).
+  struct {
+    std::string version;
+    uint64_t dataset_samples = UINT64_MAX;
+    uint32_t window = 0;
+  } seen_;
 };
 
 }  // namespace
@@ -300,6 +401,15 @@ PYBIND11_MODULE(_shardcache, m) {
       .def_property_readonly("payload_bytes", [](const PyBatch& b) { return b.b().payload_bytes(); })
       .def_property_readonly("seq", [](const PyBatch& b) { return b.b().seq(); })
       .def_property_readonly("wait_us", [](const PyBatch& b) { return b.b().wait_us(); })
+      .def_property_readonly("samples_consumed_after", [](const PyBatch& b) { return b.b().samples_consumed_after(); },
+                             "the rank's resume point once this batch and every one before it are consumed")
+      .def_property_readonly("has_fields", [](const PyBatch& b) { return b.b().has_fields(); })
+      .def_property_readonly("keys", &PyBatch::keys, "WebDataset keys of the samples (tar datasets)")
+      .def("fields", &PyBatch::fields, py::arg("i"),
+           "sample i as a dict: '__key__', '__id__' and a read-only memoryview per member (tar datasets)")
+      .def("columns", &PyBatch::columns,
+           "{name: (offsets, lengths)} int64 arrays over the batch; offsets from the payload start, "
+           "length -1 where a sample lacks that member")
       .def("__dlpack__", &PyBatch::dlpack, py::kw_only(), py::arg("stream") = py::none())
       .def("__dlpack_device__", [](const PyBatch&) { return py::make_tuple(kDLCPU, 0); })
       .def("release", &PyBatch::release, "return the slot now (no views may remain)");
@@ -312,8 +422,17 @@ PYBIND11_MODULE(_shardcache, m) {
       .def("load_state_dict", &PyLoader::load_state_dict, py::arg("state"))
       .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"))
       .def_property_readonly("epoch", &PyLoader::epoch)
-      .def_property_readonly("samples_per_epoch", &PyLoader::samples_per_epoch)
-      .def_property_readonly("record_bytes", &PyLoader::record_bytes)
+      .def_property_readonly("samples_per_epoch", [](PyLoader& l) { return l.open().samples_per_epoch(); },
+                             "this rank's samples in the epoch (padding included)")
+      .def_property_readonly("loader_samples", [](PyLoader& l) { return l.open().loader_samples(); },
+                             "samples this loader delivers from its resume point (its worker's share)")
+      .def_property_readonly("dataset_samples", [](PyLoader& l) { return l.open().dataset_samples(); })
+      .def_property_readonly("record_bytes", [](PyLoader& l) { return l.open().record_bytes(); })
+      .def_property_readonly("version", [](PyLoader& l) { return l.open().version(); })
+      .def_property_readonly("format", [](PyLoader& l) { return l.open().format(); },
+                             "'records', 'tar' or 'megatron'")
+      .def_property_readonly("sample_dtype", [](PyLoader& l) { return l.open().sample_dtype(); },
+                             "megatron: numpy dtype name of the tokens; '' otherwise")
       .def("close", &PyLoader::close);
 
   py::class_<PyClient>(m, "Client")
@@ -331,7 +450,8 @@ PYBIND11_MODULE(_shardcache, m) {
           "loader",
           [](PyClient& c, const std::string& dataset, uint32_t batch_size, uint64_t seed, uint64_t epoch,
              const std::string& shuffle, uint32_t rank, uint32_t world_size, bool drop_last,
-             uint32_t block_window_shards, uint32_t timeout_ms) {
+             uint32_t block_window_shards, uint32_t timeout_ms, bool pad, uint32_t worker, uint32_t num_workers,
+             bool fields) {
             auto mode = ParseShuffle(shuffle);
             if (!mode.ok()) throw py::value_error(mode.status().message());
             LoaderOptions o;
@@ -345,11 +465,16 @@ PYBIND11_MODULE(_shardcache, m) {
             o.drop_last = drop_last;
             o.block_window_shards = block_window_shards;
             o.next_timeout_ms = timeout_ms;
+            o.pad = pad;
+            o.worker = worker;
+            o.num_workers = num_workers;
+            o.fields = fields;
             return PyLoader(c.client, o);
           },
           py::arg("dataset"), py::arg("batch_size") = 32, py::arg("seed") = 0, py::arg("epoch") = 0,
           py::arg("shuffle") = "none", py::arg("rank") = 0, py::arg("world_size") = 1,
-          py::arg("drop_last") = false, py::arg("block_window_shards") = 0, py::arg("timeout_ms") = 0)
+          py::arg("drop_last") = false, py::arg("block_window_shards") = 0, py::arg("timeout_ms") = 0,
+          py::arg("pad") = true, py::arg("worker") = 0, py::arg("num_workers") = 1, py::arg("fields") = true)
       .def("stats",
            [](PyClient& c) {
              Result<std::string> s = Internal("");

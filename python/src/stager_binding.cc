@@ -361,6 +361,10 @@ LoaderOptions LoaderOptionsFrom(const py::object& loader) {
   o.world_size = need("world_size").cast<uint32_t>();
   o.drop_last = need("drop_last").cast<bool>();
   o.samples_consumed = need("samples_consumed").cast<uint64_t>();
+  if (d.contains("pad")) o.pad = d["pad"].cast<bool>();
+  if (d.contains("start_position")) o.start_position = d["start_position"].cast<uint64_t>();
+  if (d.contains("block_window_shards")) o.block_window_shards = d["block_window_shards"].cast<uint32_t>();
+  if (d.contains("version")) o.expect_version = d["version"].cast<std::string>();
   return o;
 }
 

@@ -9,6 +9,9 @@
 #include <map>
 #include <set>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "local_fixture.h"
 #include "testing/local_conn.h"
 
@@ -265,4 +268,47 @@ TEST_CASE("a client of local protocol 4 keeps the uneven split; protocol 5 pads 
     // 1000 samples on 3 ranks: rank 2 has 333 of its own.
     CHECK(r.open_loader().samples_per_epoch() == (version == 4 ? 333u : 334u));
   }
+}
+
+TEST_CASE("a forked child (a DataLoader worker) cannot disturb its parent's connection", "[serve][integration]") {
+  Fixture f;
+  serve::LocalService svc(*f.files, f.Options());
+  REQUIRE(svc.Start().ok());
+  ExpectedSamples expected(f.root + "/rec", *f.records);
+  auto c = Client::Connect(f.socket);
+  REQUIRE(c.ok());
+  auto l = (*c)->OpenLoader(Rank("rec", 0, 1, 10));
+  REQUIRE(l.ok());
+  auto first = (*l)->Next();
+  REQUIRE(first.ok());
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The inherited objects refuse to talk, and destroying them sends nothing (no CloseLoader,
+    // no release of the parent's batch). Only async-signal-safe exits from here.
+    auto next = (*l)->Next();
+    const bool refused = !next.ok() && next.status().code() == StatusCode::kFailedPrecondition;
+    { auto gone = std::move(*first); }
+    l->reset();
+    c->reset();
+    ::_exit(refused ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  // The parent reads on: its loader is open, its batch still held and intact.
+  REQUIRE(std::string(reinterpret_cast<const char*>(first->sample(0).data), first->sample(0).size) ==
+          expected[first->sample_id(0)]);
+  uint64_t samples = first->size();
+  first->Release();
+  for (;;) {
+    auto b = (*l)->Next();
+    if (!b.ok()) {
+      REQUIRE(b.status().code() == StatusCode::kOutOfRange);
+      break;
+    }
+    samples += b->size();
+  }
+  REQUIRE(samples == 1000);
 }

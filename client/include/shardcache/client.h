@@ -30,6 +30,11 @@
 // (local protocol 4). This library speaks protocol 5: a daemon older than that refuses it
 // with FailedPrecondition naming both versions.
 //
+// Processes: a connection belongs to the process that opened it. In a child made by fork()
+// (a DataLoader worker), the inherited Client, Loaders and Batches stay valid to destroy but
+// send nothing on the parent's socket: calls return FailedPrecondition, and the child connects
+// with its own Client.
+//
 // Thread safety: a Client and its Loaders may be used from several threads; requests on one
 // connection are serialized, and Next() calls on one Loader are serialized. A Batch may be read from any thread and destroyed on any thread.
 // Objects may be destroyed in any order: a Loader stays open in the daemon until it and every
@@ -156,6 +161,10 @@ class Batch {
   uint64_t seq() const { return seq_; }
   // How long the daemon waited for this batch's data (0 when it was prefetched).
   uint64_t wait_us() const { return wait_us_; }
+  // The rank's resume point once this batch and every batch before it in the rank's order are
+  // consumed (LoaderState::samples_consumed): what a DataLoader that merges several workers'
+  // batches records after yielding this one.
+  uint64_t samples_consumed_after() const { return consumed_after_; }
 
   // Fields of tar samples (LoaderOptions::fields): views into the batch, like sample(i).
   bool has_fields() const { return fields_ != nullptr; }
@@ -182,6 +191,7 @@ class Batch {
   uint64_t record_bytes_ = 0;
   uint64_t seq_ = 0;
   uint64_t wait_us_ = 0;
+  uint64_t consumed_after_ = 0;
   std::vector<uint64_t> ids_;
   std::vector<uint64_t> offsets_;
   std::vector<uint64_t> lengths_;
