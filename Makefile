@@ -19,10 +19,11 @@ build: configure
 # Every test but those tagged [slow] / [gpu]: C++ (ctest) then Python (pytest).
 test: setup build
 	@cd $(BUILD_DIR) && ctest -L unit --output-on-failure -j 2
-	@./python/run_tests.sh $(BUILD_DIR)
+	@./python/run_tests.sh $(BUILD_DIR) -m "not slow"
 
 test-slow: setup build
 	@cd $(BUILD_DIR) && ctest -L slow --output-on-failure
+	@./python/run_tests.sh $(BUILD_DIR) -m slow
 
 demo: setup build
 	@./scripts/demo.sh $(BUILD_DIR)

@@ -13,7 +13,7 @@ PACKAGES=(
   # helpers preferred over hand-written code
   libxxhash-dev libtomlplusplus-dev libcli11-dev libcpp-httplib-dev libssl-dev libsystemd-dev nlohmann-json3-dev
   # python client
-  python3-dev pybind11-dev python3-numpy python3-pytest
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-torch python3-pil
   # fuzzing (libFuzzer ships with clang)
   clang libclang-rt-14-dev
   # tests and benchmarks: peers, link emulation, operations

@@ -88,6 +88,7 @@ class Ragged:
         return (self[i] for i in range(len(self)))
 
     def tolist(self):
+        """Every sample's value (tensor views, None where absent)."""
         return list(self)
 
     def stack(self):
@@ -98,6 +99,7 @@ class Ragged:
         return _torch.stack(list(self))
 
     def pin_memory(self):
+        """A copy in pinned memory (DataLoader(pin_memory=True) calls it)."""
         return Ragged(self.data.pin_memory(), self.offsets, self.lengths)
 
     def __repr__(self):
@@ -114,6 +116,9 @@ BASIC_DECODERS = {
     "json": lambda b: json.loads(bytes(b)), "jsn": lambda b: json.loads(bytes(b)),
     "npy": lambda b: _np.load(__import__("io").BytesIO(bytes(b)), allow_pickle=False),
 }
+
+_TORCH_DTYPES = {"uint8": _torch.uint8, "int8": _torch.int8, "int16": _torch.int16, "int32": _torch.int32,
+                 "int64": _torch.int64, "float32": _torch.float32, "float64": _torch.float64}
 
 # Shared (cross-process) slots: set_epoch/load_state_dict in the main process reach workers,
 # persistent or not, and workers report that they ran under a plain DataLoader.
@@ -351,11 +356,11 @@ class IterableDataset(_torch.utils.data.IterableDataset):
                 return d
             return tar_sample
         dtype = _np.dtype(loader.sample_dtype or "uint8")
-        return lambda b, i: _np.frombuffer(b.sample(i), dtype=dtype)
+        return lambda b, i: _np.frombuffer(b.sample(i), dtype=dtype)  # read-only view
 
     def _tar_item(self, b):
         item = {"__key__": b.keys, "__id__": _torch.from_numpy(b.sample_ids)}
-        payload = _torch.frombuffer(b.data, dtype=_torch.uint8) if b.payload_bytes else _torch.empty(0, dtype=_torch.uint8)
+        payload = _torch.from_dlpack(b.payload())
         for name, (offsets, lengths) in b.columns().items():
             fn = self.decode.get(name)
             if fn is None:
@@ -368,22 +373,18 @@ class IterableDataset(_torch.utils.data.IterableDataset):
 
     @staticmethod
     def _megatron_converter(dtype):
-        wide = _np.dtype("int32") if dtype == _np.dtype("uint16") else dtype
-
+        # Samples lie back to back: offsets are the running sum of the lengths, in tokens.
         def item(b):
-            n = len(b)
-            offsets = _np.empty(n, dtype=_np.int64)
-            lengths = _np.empty(n, dtype=_np.int64)
-            for i in range(n):
-                v = b.sample(i)
-                lengths[i] = len(v) // dtype.itemsize
-            offsets[0:1] = 0
+            lengths = _np.fromiter((len(b.sample(i)) // dtype.itemsize for i in range(len(b))), _np.int64, len(b))
+            offsets = _np.zeros(len(b), _np.int64)
             _np.cumsum(lengths[:-1], out=offsets[1:])
-            tokens = _np.frombuffer(b.data, dtype=dtype) if b.payload_bytes else _np.empty(0, dtype)
-            data = _torch.from_numpy(tokens.astype(wide) if wide != dtype else tokens)
+            if dtype == _np.uint16:  # torch has no uint16: widen (a copy), values kept
+                data = _torch.from_numpy(_np.frombuffer(b.data, dtype=dtype).astype(_np.int32))
+            else:
+                data = _torch.from_dlpack(b.payload()).view(_TORCH_DTYPES[dtype.name])
             return {"__id__": _torch.from_numpy(b.sample_ids),
-                    "tokens": Ragged(data, _torch.from_numpy(offsets), _torch.from_numpy(lengths.copy())),
-                    "length": _torch.from_numpy(lengths)}
+                    "tokens": Ragged(data, _torch.from_numpy(offsets), _torch.from_numpy(lengths)),
+                    "length": _torch.from_numpy(lengths.copy())}
         return item
 
 
@@ -411,7 +412,10 @@ class DataLoader(_torch.utils.data.DataLoader):
             yield item
 
     def state_dict(self):
+        """The rank's position after the last batch this DataLoader yielded (exact with any
+        num_workers); the same as the dataset's state_dict()."""
         return self.dataset.state_dict()
 
     def load_state_dict(self, state):
+        """Continue from a state_dict() of this job, on any num_workers, rank or world size."""
         self.dataset.load_state_dict(state)

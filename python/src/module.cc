@@ -11,6 +11,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -173,19 +174,42 @@ class PyBatch {
     return d;
   }
 
+  // DLPack of the dense [B, record_bytes] batch (records datasets).
   py::capsule dlpack(py::object stream) const {
     if (!stream.is_none()) throw py::buffer_error("shardcache batches live in host memory; stream must be None");
     const auto& bb = b();
     if (bb.record_bytes() == 0) {
       throw py::buffer_error(
           "this batch holds variable-size samples; DLPack needs a dense [B, record_bytes] batch "
-          "(a records dataset) — use batch.sample(i) instead");
+          "(a records dataset) — use batch.sample(i), batch.fields(i) or batch.payload() instead");
     }
-    auto* ctx = new DLContext{holder_, {static_cast<int64_t>(bb.size()), static_cast<int64_t>(bb.record_bytes())}, {}};
+    return Capsule(2, {static_cast<int64_t>(bb.size()), static_cast<int64_t>(bb.record_bytes())});
+  }
+
+  // DLPack of the whole payload as one uint8 vector, for any dataset: a single tensor that
+  // per-sample or per-field views slice (what a DataLoader worker hands over in one piece).
+  py::capsule payload_dlpack(py::object stream) const {
+    if (!stream.is_none()) throw py::buffer_error("shardcache batches live in host memory; stream must be None");
+    return Capsule(1, {static_cast<int64_t>(b().payload_bytes()), 0});
+  }
+
+  void release() {
+    if (!holder_) return;
+    if (holder_.use_count() > 1) {
+      throw py::buffer_error("views of this batch (memoryviews, arrays) are still alive; drop them first");
+    }
+    std::shared_ptr<BatchHolder> h = std::move(holder_);
+    py::gil_scoped_release nogil;
+    h.reset();
+  }
+
+ private:
+  py::capsule Capsule(int32_t ndim, std::array<int64_t, 2> shape) const {
+    auto* ctx = new DLContext{holder_, {shape[0], shape[1]}, {}};
     DLTensor& t = ctx->tensor.dl_tensor;
-    t.data = const_cast<uint8_t*>(bb.data());
+    t.data = const_cast<uint8_t*>(b().data());
     t.device = {kDLCPU, 0};
-    t.ndim = 2;
+    t.ndim = ndim;
     t.dtype = {kDLUInt, 8, 1};
     t.shape = ctx->shape;
     t.strides = nullptr;  // compact row-major
@@ -207,18 +231,12 @@ class PyBatch {
     return py::reinterpret_steal<py::capsule>(cap);
   }
 
-  void release() {
-    if (!holder_) return;
-    if (holder_.use_count() > 1) {
-      throw py::buffer_error("views of this batch (memoryviews, arrays) are still alive; drop them first");
-    }
-    std::shared_ptr<BatchHolder> h = std::move(holder_);
-    py::gil_scoped_release nogil;
-    h.reset();
-  }
-
- private:
   std::shared_ptr<BatchHolder> holder_;
+};
+
+// batch.payload(): the payload as a DLPack producer (torch.from_dlpack / numpy.from_dlpack).
+struct PyPayload {
+  PyBatch batch;
 };
 
 struct PyClient {
@@ -412,7 +430,14 @@ PYBIND11_MODULE(_shardcache, m) {
            "length -1 where a sample lacks that member")
       .def("__dlpack__", &PyBatch::dlpack, py::kw_only(), py::arg("stream") = py::none())
       .def("__dlpack_device__", [](const PyBatch&) { return py::make_tuple(kDLCPU, 0); })
+      .def("payload", [](const PyBatch& b) { return PyPayload{b}; },
+           "the whole payload as one uint8 vector for torch.from_dlpack / numpy.from_dlpack (any dataset)")
       .def("release", &PyBatch::release, "return the slot now (no views may remain)");
+
+  py::class_<PyPayload>(m, "Payload", "a batch's payload bytes as a 1-D uint8 DLPack tensor")
+      .def("__dlpack__", [](const PyPayload& p, py::object stream) { return p.batch.payload_dlpack(stream); },
+           py::kw_only(), py::arg("stream") = py::none())
+      .def("__dlpack_device__", [](const PyPayload&) { return py::make_tuple(kDLCPU, 0); });
 
   py::class_<PyLoader>(m, "Loader")
       .def("__iter__", &PyLoader::iter, py::return_value_policy::reference_internal)

@@ -51,3 +51,11 @@ def socket_path(data_root, tmp_path_factory):
     yield str(sock)
     proc.terminate()
     proc.wait(timeout=20)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long tests, run by make test-slow")
+    # A normal run raises no UserWarning (torch's own advice about more DataLoader workers than
+    # this 2-core machine's CPUs is not ours).
+    config.addinivalue_line("filterwarnings", "error::UserWarning")
+    config.addinivalue_line("filterwarnings", "ignore:This DataLoader will create:UserWarning")
