@@ -3,7 +3,9 @@
 #   1. generate ~10,000 small files and pack them into tar shards (shardctl pack),
 #   2. generate a records dataset and index it (shardctl index),
 #   3. start an origin shardcached (upstream = file://) on loopback,
-#   4. fetch every shard of both datasets through gRPC and verify every chunk (shardctl fetch).
+#   4. fetch every shard of both datasets through gRPC and verify every chunk (shardctl fetch),
+#   5. a node daemon in front of the origin: 2 C++ ranks read 2 epochs through shared memory,
+#   6. the same node from PyTorch: 2 DDP ranks with DataLoader workers, stopped and resumed.
 set -euo pipefail
 build=${1:-build}
 bin=$(cd "$build" && pwd)/bin
@@ -84,3 +86,19 @@ done
 [ -S "$sock" ] || { echo "node daemon did not start; log:"; cat "$work/node.log"; exit 1; }
 step "2 ranks read 2 epochs of 'tokens' through the node (block shuffle; epoch 0 cold, epoch 1 warm)"
 /usr/bin/python3 "$(dirname "$0")/demo_trainer.py" "$bin" "$sock" "$mport" tokens 2 2
+
+# ---- the same node from PyTorch: python/examples/train_ddp.py, 2 DDP ranks (gloo), each with a
+# DataLoader of 2 workers, training on the packed 'images' (fields .jpg/.cls); the job is stopped
+# after 5 steps, as a preempted job would be, and resumed from its checkpoint.
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  export PYTHONPATH="$(cd "$build" && pwd)/python${PYTHONPATH:+:$PYTHONPATH}"
+  example="$(dirname "$0")/../python/examples/train_ddp.py"
+  step "PyTorch: 2 DDP ranks x 2 DataLoader workers train on 'images' (stopped after 5 steps)"
+  /usr/bin/python3 "$example" --nproc 2 --socket "$sock" --dataset images --epochs 2 --workers 2 \
+    --checkpoint "$work/ckpt.pt" --stop-after 5
+  step "PyTorch: the job resumes from its checkpoint and finishes both epochs"
+  /usr/bin/python3 "$example" --nproc 2 --socket "$sock" --dataset images --epochs 2 --workers 2 \
+    --checkpoint "$work/ckpt.pt"
+else
+  step "python3-torch is not installed: skipping the PyTorch part (deploy/setup.sh installs it)"
+fi

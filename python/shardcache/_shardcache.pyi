@@ -71,9 +71,10 @@ class Batch:
     def fields(self, i: int) -> Dict[str, Any]:
         """Sample i as a dict: '__key__', '__id__' and a read-only memoryview per member name."""
 
-    def columns(self) -> Dict[str, Tuple[numpy.ndarray, numpy.ndarray]]:
-        """{name: (offsets, lengths)} int64 arrays over the batch: offsets from the payload start,
-        length -1 where a sample lacks that member."""
+    def columns(self) -> Tuple[List[str], numpy.ndarray]:
+        """(names, table): one int64 array [1 + 2 * len(names), B]; row 0 the sample ids, rows
+        1 + 2k and 2 + 2k the offsets (from the payload start) and lengths (-1 where a sample
+        lacks it) of field names[k]."""
 
     def payload(self) -> Payload:
         """The whole payload as one uint8 vector for torch.from_dlpack / numpy.from_dlpack."""

@@ -148,30 +148,39 @@ class PyBatch {
     return d;
   }
 
-  // name -> (offsets, lengths): int64 arrays over the batch's samples, offsets from the payload
-  // start, length -1 where a sample lacks the field. One pass in C++, so that a trainer (or a
-  // DataLoader worker) turns a batch into per-field views without a Python loop per member.
-  py::dict columns() const {
+  // (names, table): every field of the batch in one int64 array of shape [1 + 2 * len(names), B]
+  // — row 0 the sample ids, rows 1 + 2k and 2 + 2k the offsets (from the payload start) and
+  // lengths (-1 where a sample lacks it) of field names[k]. Built in one pass in C++ and held
+  // in one array, so that a trainer (or a DataLoader worker, which hands it to the main process
+  // as one shared-memory tensor) gets per-field views without a Python loop per member.
+  py::tuple columns() const {
     const auto& bb = b();
-    const auto n = static_cast<py::ssize_t>(bb.size());
-    std::map<std::string_view, std::pair<py::array_t<int64_t>, py::array_t<int64_t>>> cols;
-    for (size_t i = 0; i < bb.size(); ++i) {
+    const size_t n = bb.size();
+    std::vector<std::string_view> names;
+    for (size_t i = 0; i < n; ++i) {
       for (size_t m = 0; m < bb.field_count(i); ++m) {
-        const Field f = bb.field(i, m);
-        auto it = cols.find(f.name);
-        if (it == cols.end()) {
-          py::array_t<int64_t> offs(n), lens(n);
-          std::fill_n(offs.mutable_data(), n, 0);
-          std::fill_n(lens.mutable_data(), n, -1);
-          it = cols.emplace(f.name, std::make_pair(std::move(offs), std::move(lens))).first;
-        }
-        it->second.first.mutable_data()[i] = static_cast<int64_t>(f.bytes.data - bb.data());
-        it->second.second.mutable_data()[i] = static_cast<int64_t>(f.bytes.size);
+        const std::string_view name = bb.field(i, m).name;
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
       }
     }
-    py::dict d;
-    for (auto& [name, arrays] : cols) d[py::str(name.data(), name.size())] = py::make_tuple(arrays.first, arrays.second);
-    return d;
+    py::array_t<int64_t> table({static_cast<py::ssize_t>(1 + 2 * names.size()), static_cast<py::ssize_t>(n)});
+    int64_t* t = table.mutable_data();
+    for (size_t i = 0; i < n; ++i) t[i] = static_cast<int64_t>(bb.sample_id(i));
+    for (size_t k = 0; k < names.size(); ++k) {
+      std::fill_n(t + (1 + 2 * k) * n, n, 0);
+      std::fill_n(t + (2 + 2 * k) * n, n, -1);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t m = 0; m < bb.field_count(i); ++m) {
+        const Field f = bb.field(i, m);
+        const size_t k = static_cast<size_t>(std::find(names.begin(), names.end(), f.name) - names.begin());
+        t[(1 + 2 * k) * n + i] = static_cast<int64_t>(f.bytes.data - bb.data());
+        t[(2 + 2 * k) * n + i] = static_cast<int64_t>(f.bytes.size);
+      }
+    }
+    py::list py_names;
+    for (const auto& name : names) py_names.append(py::str(name.data(), name.size()));
+    return py::make_tuple(py_names, table);
   }
 
   // DLPack of the dense [B, record_bytes] batch (records datasets).
@@ -426,8 +435,8 @@ PYBIND11_MODULE(_shardcache, m) {
       .def("fields", &PyBatch::fields, py::arg("i"),
            "sample i as a dict: '__key__', '__id__' and a read-only memoryview per member (tar datasets)")
       .def("columns", &PyBatch::columns,
-           "{name: (offsets, lengths)} int64 arrays over the batch; offsets from the payload start, "
-           "length -1 where a sample lacks that member")
+           "(names, table): an int64 array [1 + 2 * len(names), B] of the sample ids, then per field "
+           "the offsets (from the payload start) and lengths (-1 where absent)")
       .def("__dlpack__", &PyBatch::dlpack, py::kw_only(), py::arg("stream") = py::none())
       .def("__dlpack_device__", [](const PyBatch&) { return py::make_tuple(kDLCPU, 0); })
       .def("payload", [](const PyBatch& b) { return PyPayload{b}; },

@@ -85,9 +85,13 @@ def test_tar_samples_read_back_field_by_field_with_their_key(socket_path, wds):
             seen.add(key)
         # Columns: the same bytes, as offsets into the payload.
         payload = bytes(batch.data)
-        for ext, (offsets, lengths) in batch.columns().items():
+        names, table = batch.columns()
+        assert sorted(names) == ["cls", "jpg", "json"] and table.shape == (7, len(batch))
+        assert list(table[0]) == list(batch.sample_ids)
+        for k, ext in enumerate(names):
             for i, key in enumerate(batch.keys):
-                assert payload[offsets[i]:offsets[i] + lengths[i]] == wds[key][ext]
+                o, n = table[1 + 2 * k, i], table[2 + 2 * k, i]
+                assert payload[o:o + n] == wds[key][ext]
     assert seen == set(wds)
 
 
