@@ -8,11 +8,12 @@ nothing, next to two references measured in the same run on the same tar shards:
 
 Debian's python3 runs it (the one python3-torch is built for).
 
-Data: WebDataset tar shards of small samples (a .jpg of 2-16 KiB and a .cls), so that the
-per-sample cost, not the bytes, decides. Each reader reads one whole epoch in global shuffle
-order (tarfile: in file order), batches of --batch-size (default 256). The DataLoader runs 2
-epochs with persistent workers; the figure is the second (steady state; the first, with worker
-start-up, is printed too).
+Data: WebDataset tar shards of small samples (a .jpg of --min-kib to --max-kib, default 2-16
+KiB, and a .cls), so that the per-sample cost, not the bytes, decides. Each reader reads whole
+epochs in global shuffle order (tarfile: in file order), batches of --batch-size (default 256):
+an epoch to warm up, then --epochs (default 3) measured ones, and the figure is their median
+(an epoch of small samples lasts tens of milliseconds; one alone is noise). The DataLoader keeps
+persistent workers, so its warm-up epoch also holds the worker start-up (printed too).
 
 Figures: samples_per_s_w0, samples_per_s_w2, tarfile_samples_per_s, cpp_samples_per_s,
 over_tarfile and over_cpp_client (the better of w0/w2 over each reference; the per-worker-count
@@ -48,7 +49,12 @@ def tarfile_epoch(data_dir):
     return samples, time.perf_counter() - t0
 
 
-def torch_epochs(sock, workers, batch_size, epochs=2):
+def median(values):
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def torch_epochs(sock, workers, batch_size, epochs):
     import torch  # noqa: F401 - imported before timing
     from shardcache.torch import DataLoader, IterableDataset
     ds = IterableDataset(sock, "wds", batch_size=batch_size, shuffle="global", seed=5)
@@ -67,7 +73,10 @@ def torch_epochs(sock, workers, batch_size, epochs=2):
 def body(quick, argv):
     ap = argparse.ArgumentParser(prog="bench/run serving_python")
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--samples", type=int, default=0, help="samples in the dataset (default 16000; quick 4000)")
+    ap.add_argument("--samples", type=int, default=0, help="samples in the dataset (default 32000; quick 8000)")
+    ap.add_argument("--min-kib", type=int, default=2, help="smallest .jpg")
+    ap.add_argument("--max-kib", type=int, default=16, help="largest .jpg")
+    ap.add_argument("--epochs", type=int, default=3, help="measured epochs per reader")
     args = ap.parse_args(argv)
     try:
         import torch  # noqa: F401
@@ -75,11 +84,12 @@ def body(quick, argv):
         raise S.CannotMeasure("python3-torch is not installed (deploy/setup.sh installs it)")
     S.need("shardcached", "shardctl", "sc_datagen", "sc_trainer_bench")
     b = S.Bench("serving_python")
-    samples = args.samples or (4000 if quick else 16000)
+    samples = args.samples or (8000 if quick else 32000)
     shards = 8
+    samples = samples // shards * shards
     data = b.path("data", "wds")
     b.run(os.path.join(S.BIN, "sc_datagen"), "tar", data, "--shards", shards, "--samples-per-shard",
-          samples // shards, "--min-bytes", "2KiB", "--max-bytes", "16KiB")
+          samples // shards, "--min-bytes", f"{args.min_kib}KiB", "--max-bytes", f"{args.max_kib}KiB")
     b.run(os.path.join(S.BIN, "shardctl"), "index", data, "--format", "tar", "--chunk-bytes", 4 * S.MiB)
     dataset_bytes = sum(os.path.getsize(os.path.join(data, f)) for f in os.listdir(data) if f.endswith(".tar"))
     sock = b.path("node.sock")
@@ -90,24 +100,23 @@ def body(quick, argv):
     print(f"dataset: {samples} samples in {shards} tar shards, {dataset_bytes / S.MiB:.1f} MiB; "
           f"batches of {args.batch_size}; cache warm (DRAM tier holds it)")
 
-    tar_n, tar_s = tarfile_epoch(data)  # first pass warms the page cache
-    tar_n, tar_s = tarfile_epoch(data)
-    tar_rate = tar_n / tar_s
-    print(f"tarfile:           {tar_rate:10.0f} samples/s ({tar_n} samples in {tar_s:.2f} s)")
+    tarfile_epoch(data)  # warms the page cache
+    runs = [tarfile_epoch(data) for _ in range(args.epochs)]
+    tar_rate = median([n / s for n, s in runs])
+    print(f"tarfile:           {tar_rate:10.0f} samples/s (median of {args.epochs} epochs)")
 
-    cpp = b.trainer_epochs(sock, "wds", epoch=1, epochs=2, **common)[-1]
-    cpp_rate = cpp["samples"] / cpp["wall_s"]
-    print(f"C++ client:        {cpp_rate:10.0f} samples/s ({cpp['samples']} samples in {cpp['wall_s']:.2f} s)")
+    cpp = b.trainer_epochs(sock, "wds", epoch=1, epochs=1 + args.epochs, **common)[1:]
+    cpp_rate = median([e["samples"] / e["wall_s"] for e in cpp])
+    print(f"C++ client:        {cpp_rate:10.0f} samples/s (median of {args.epochs} epochs)")
 
     rates = {}
     for workers in (0, 2):
-        runs = torch_epochs(sock, workers, args.batch_size)
-        (n0, s0), (n1, s1) = runs
-        if n0 != n1 or n1 != samples:
-            raise S.CannotMeasure(f"torch dataset with {workers} workers read {n0}/{n1} samples, not {samples}")
-        rates[workers] = n1 / s1
-        print(f"torch, {workers} workers: {rates[workers]:10.0f} samples/s (epoch 2; epoch 1 with start-up: "
-              f"{n0 / s0:.0f} samples/s)")
+        runs = torch_epochs(sock, workers, args.batch_size, 1 + args.epochs)
+        if any(n != samples for n, _ in runs):
+            raise S.CannotMeasure(f"torch dataset with {workers} workers read {[n for n, _ in runs]} samples, not {samples}")
+        rates[workers] = median([n / s for n, s in runs[1:]])
+        print(f"torch, {workers} workers: {rates[workers]:10.0f} samples/s (median of {args.epochs} epochs; "
+              f"the first, with start-up: {runs[0][0] / runs[0][1]:.0f} samples/s)")
     best = max(rates.values())
     figures = {
         "samples_per_s_w0": round(rates[0]),
@@ -122,6 +131,7 @@ def body(quick, argv):
         "over_cpp_client_w2": round(rates[2] / cpp_rate, 3),
         "batch_size": args.batch_size,
         "samples": samples,
+        "jpg_kib": [args.min_kib, args.max_kib],
     }
     print(f"over tarfile: {figures['over_tarfile']}x (target >= 20); over the C++ client: "
           f"{figures['over_cpp_client']} (target >= 0.5)")

@@ -128,23 +128,30 @@ Status SampleLocator::AppendFields(uint64_t sample_id, uint64_t payload_offset, 
   SC_ASSIGN_OR_RETURN(auto at, ShardOf(sample_id));
   const uint64_t local = at.second;
   SC_ASSIGN_OR_RETURN(auto idx, IndexOf(at.first));
-  auto add_name = [&](const std::string& s) {
-    const auto at = static_cast<uint32_t>(out->names_.size());
-    out->names_ += s;
-    return at;
-  };
   sample_fields::SampleFields sf{};
+  sf.key_offset = static_cast<uint32_t>(out->names_.size());
   sf.key_length = static_cast<uint32_t>(idx->keys[local].size());
-  sf.key_offset = add_name(idx->keys[local]);
+  out->names_ += idx->keys[local];
   sf.first_member = static_cast<uint32_t>(out->members_.size());
   sf.member_count = idx->first_member[local + 1] - idx->first_member[local];
   for (uint32_t k = idx->first_member[local]; k < idx->first_member[local + 1]; ++k) {
     const ShardIndex::Member& m = idx->members[k];
-    const std::string& name = idx->names[m.name];
-    out->members_.push_back({payload_offset + m.offset, m.length, add_name(name), static_cast<uint32_t>(name.size())});
+    out->members_.push_back({payload_offset + m.offset, m.length, out->NameOffset(idx->names[m.name]),
+                             static_cast<uint32_t>(idx->names[m.name].size())});
   }
   out->samples_.push_back(sf);
   return Status::Ok();
+}
+
+uint32_t SampleLocator::FieldsBuilder::NameOffset(const std::string& name) {
+  // A batch has a handful of member names: each is stored once, found by a short scan.
+  for (const auto& [n, at] : name_offsets_) {
+    if (n == name) return at;
+  }
+  const auto at = static_cast<uint32_t>(names_.size());
+  names_ += name;
+  name_offsets_.emplace_back(name, at);
+  return at;
 }
 
 void SampleLocator::FieldsBuilder::WriteTo(uint8_t* dest) const {

@@ -72,9 +72,13 @@ class SampleLocator {
 
    private:
     friend class SampleLocator;
+    // Where `name` is in names_, added on first use.
+    uint32_t NameOffset(const std::string& name);
+
     std::vector<sample_fields::SampleFields> samples_;
     std::vector<sample_fields::MemberField> members_;
     std::string names_;
+    std::vector<std::pair<std::string, uint32_t>> name_offsets_;
   };
   // Appends sample `sample_id`'s key and members, its bytes placed at `payload_offset` of the
   // payload. FailedPrecondition unless has_fields(); errors as Locate otherwise.

@@ -51,6 +51,7 @@ import numpy as _np
 import torch as _torch
 
 import shardcache as _sc
+from shardcache import _handoff
 
 __all__ = ["IterableDataset", "DataLoader", "Ragged", "BASIC_DECODERS"]
 
@@ -193,6 +194,7 @@ class IterableDataset(_torch.utils.data.IterableDataset):
         self._shared = multiprocessing.RawArray("q", _COUNTS + MAX_WORKERS)
         self._shared[_BASE_EPOCH] = epoch
         self._version = multiprocessing.RawArray("c", 64)  # the resumed state's version
+        self._handoff = _handoff.Handoff(MAX_WORKERS)
         self._tagged = False          # set by shardcache.torch.DataLoader
         self._progress = None         # main process: the last item's (epoch, start, consumed, per rank, version, window)
         self._client = None
@@ -300,7 +302,7 @@ class IterableDataset(_torch.utils.data.IterableDataset):
             version = loader.version
             window = s[_RESUME_WINDOW] if count == 0 and s[_RESUME] else self.block_window_shards
             start = s[_RESUME_START] if count == 0 and s[_RESUME] else 0
-            convert = self._converter(loader)
+            convert = self._converter(loader, worker)
             for batch in loader:
                 progress = (epoch, start, batch.samples_consumed_after, per_rank, version, window)
                 item = convert(batch)
@@ -340,17 +342,24 @@ class IterableDataset(_torch.utils.data.IterableDataset):
 
     # ---- batch -> item
 
-    def _converter(self, loader):
+    def _converter(self, loader, worker):
+        """batch -> item. Without map=, an item is made of one data tensor and one int64 table
+        (ids, then offsets/lengths) plus small Python parts; in a DataLoader worker those go to
+        the main process through a reused shared buffer (_handoff.py)."""
         fmt = loader.format
         if self.map is not None:
             collate = self.collate or _torch.utils.data.default_collate
             sample = self._sample_reader(fmt, loader)
             return lambda b: collate([self.map(sample(b, i)) for i in range(len(b))])
-        if fmt == "records":
-            return lambda b: (_torch.from_dlpack(b), _torch.from_numpy(b.sample_ids))
-        if fmt == "megatron":
-            return self._megatron_converter(_np.dtype(loader.sample_dtype))
-        return self._tar_item
+        parts = {"records": _records_parts, "tar": self._tar_parts,
+                 "megatron": _megatron_parts(_np.dtype(loader.sample_dtype or "uint8"))}[fmt]
+        if _torch.utils.data.get_worker_info() is None:
+            return lambda b: _build(*parts(b))
+
+        def packed(b):
+            kind, data, table, extra = parts(b)
+            return self._handoff.pack(worker, (kind, extra), data, table)
+        return packed
 
     def _sample_reader(self, fmt, loader):
         if fmt == "tar":
@@ -364,40 +373,54 @@ class IterableDataset(_torch.utils.data.IterableDataset):
         dtype = _np.dtype(loader.sample_dtype or "uint8")
         return lambda b, i: _np.frombuffer(b.sample(i), dtype=dtype)  # read-only view
 
-    def _tar_item(self, b):
-        # Two tensors per batch, whatever its size: the payload, and one int64 table whose rows
-        # the ids and every Ragged's offsets and lengths view (a worker hands each over as one
-        # piece of shared memory).
+    def _tar_parts(self, b):
         names, table = b.columns()
         payload = _torch.from_dlpack(b.payload())
-        t = _torch.from_numpy(table)
-        item = {"__key__": b.keys, "__id__": t[0]}
+        decoded = {}
         for k, name in enumerate(names):
-            offsets, lengths = t[1 + 2 * k], t[2 + 2 * k]
             fn = self.decode.get(name)
-            if fn is None:
-                item[name] = Ragged(payload, offsets, lengths)
-                continue
-            values = [None if n < 0 else fn(payload[o:o + n].numpy().data)
-                      for o, n in zip(offsets.tolist(), lengths.tolist())]
-            item[name] = _torch.tensor(values) if values and all(type(v) is int for v in values) else values
-        return item
+            if fn is not None:
+                decoded[name] = [None if n < 0 else fn(payload[o:o + n].numpy().data)
+                                 for o, n in zip(table[1 + 2 * k].tolist(), table[2 + 2 * k].tolist())]
+        return "tar", payload, _torch.from_numpy(table), (names, b.keys, decoded)
 
-    @staticmethod
-    def _megatron_converter(dtype):
+
+def _records_parts(b):
+    return "records", _torch.from_dlpack(b.payload()), _torch.from_numpy(b.sample_ids).view(1, -1), b.record_bytes
+
+
+def _megatron_parts(dtype):
+    def parts(b):
         # Samples lie back to back: offsets are the running sum of the lengths, in tokens.
-        def item(b):
-            lengths = _np.fromiter((len(b.sample(i)) // dtype.itemsize for i in range(len(b))), _np.int64, len(b))
-            offsets = _np.zeros(len(b), _np.int64)
-            _np.cumsum(lengths[:-1], out=offsets[1:])
-            if dtype == _np.uint16:  # torch has no uint16: widen (a copy), values kept
-                data = _torch.from_numpy(_np.frombuffer(b.data, dtype=dtype).astype(_np.int32))
-            else:
-                data = _torch.from_dlpack(b.payload()).view(_TORCH_DTYPES[dtype.name])
-            return {"__id__": _torch.from_numpy(b.sample_ids),
-                    "tokens": Ragged(data, _torch.from_numpy(offsets), _torch.from_numpy(lengths)),
-                    "length": _torch.from_numpy(lengths.copy())}
-        return item
+        table = _np.zeros((3, len(b)), _np.int64)
+        table[0] = b.sample_ids
+        table[2] = [len(b.sample(i)) // dtype.itemsize for i in range(len(b))]
+        _np.cumsum(table[2, :-1], out=table[1, 1:])
+        if dtype == _np.uint16:  # torch has no uint16: widen (a copy), values kept
+            data = _torch.from_numpy(_np.frombuffer(b.data, dtype=dtype).astype(_np.int32))
+        else:
+            data = _torch.from_dlpack(b.payload()).view(_TORCH_DTYPES[dtype.name])
+        return "megatron", data, _torch.from_numpy(table), None
+    return parts
+
+
+def _build(kind, data, table, extra):
+    """The item of a batch from its data tensor, int64 table and small parts."""
+    if kind == "records":
+        return data.view(-1, extra) if extra else data.view(0, 0), table[0]
+    if kind == "megatron":
+        return {"__id__": table[0], "tokens": Ragged(data, table[1], table[2]), "length": table[2]}
+    names, keys, decoded = extra
+    item = {"__key__": keys, "__id__": table[0]}
+    for k, name in enumerate(names):
+        values = decoded.get(name)
+        if values is None:
+            item[name] = Ragged(data, table[1 + 2 * k], table[2 + 2 * k])
+        elif values and all(type(v) is int for v in values):
+            item[name] = _torch.tensor(values)
+        else:
+            item[name] = values
+    return item
 
 
 class DataLoader(_torch.utils.data.DataLoader):

@@ -146,3 +146,30 @@ def test_megatron_samples_come_in_the_index_dtype_with_their_length(socket_path,
             assert numpy.array_equal(tokens.numpy(), expected[sid].astype(numpy.int32))
             n += 1
     assert n == 60
+
+
+def test_items_from_workers_stay_intact_however_many_the_trainer_holds(socket_path, wds):
+    """Workers reuse a few shared buffers per worker: an item must never change while the
+    trainer holds it, also when it holds more than the buffers (one-off ones then)."""
+    pytest.importorskip("torch")
+    import gc
+    from shardcache import _handoff
+    from shardcache.torch import DataLoader, IterableDataset
+    ds = IterableDataset(socket_path, "wds", batch_size=4, shuffle="global", seed=8)
+    held = list(DataLoader(ds, num_workers=2))   # 30 items from 2 workers of 6 buffers each
+    assert len(held) == 30
+    for item in held:
+        for i, key in enumerate(item["__key__"]):
+            assert item["jpg"][i].numpy().tobytes() == wds[key]["jpg"]
+            assert item["cls"][i].numpy().tobytes() == wds[key]["cls"]
+    # Dropped items free their buffers; a second epoch reuses them and reads right.
+    del held, item
+    gc.collect()
+    assert all(f == 0 for f in ds._handoff.flags)
+    keys = []
+    for item in DataLoader(ds, num_workers=2, persistent_workers=True):
+        for i, key in enumerate(item["__key__"]):
+            assert item["json"][i].numpy().tobytes() == wds[key]["json"]
+        keys += item["__key__"]
+    assert sorted(keys) == sorted(wds)
+    assert len([k for k in _handoff._seen if k[0] == ds._handoff.uid]) <= 2 * _handoff.BUFFERS_PER_WORKER
