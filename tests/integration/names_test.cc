@@ -31,14 +31,6 @@ using namespace std::chrono_literals;
 // Local protocol version these tests speak (loaders with a version in the answer).
 constexpr uint32_t kProtocol = 5;
 
-std::pair<int, std::string> Http(int port, const std::string& path, bool post = false) {
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(10s);
-  auto res = post ? cli.Post(path.c_str()) : cli.Get(path.c_str());
-  if (!res) return {-1, ""};
-  return {res->status, res->body};
-}
-
 // An origin over `root` and a node in front of it with a local socket, both started.
 struct OriginAndNode {
   Daemon origin, node;
