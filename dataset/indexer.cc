@@ -18,6 +18,7 @@
 #include "common/fs.h"
 #include "common/hash.h"
 #include "dataset/byte_source.h"
+#include "dataset/dataset_name.h"
 #include "dataset/megatron_format.h"
 #include "dataset/parallel_for.h"
 #include "dataset/records_format.h"
@@ -66,11 +67,17 @@ Result<std::vector<ShardFile>> FindShards(const std::string& dir, v1::ShardForma
     if (ec) return ErrnoStatus(ec.value(), "list " + dir);
     const fs::path& p = it->path();
     const std::string rel = p.lexically_relative(root).generic_string();
-    if (it.depth() == 0 && p.filename() == kMetaDirName) {
+    std::error_code sec;
+    if (it->is_directory(sec) &&
+        (p.filename() == kMetaDirName || fs::exists(p / kMetaDirName, sec))) {
+      // This dataset's metadata, or a dataset of its own below this one ("laion" and
+      // "laion/train" both indexed): neither holds shards of this dataset.
+      if (it.depth() > 0 && p.filename() != kMetaDirName) {
+        spdlog::info("{}: skipping {}, which is a dataset of its own", dir, rel);
+      }
       it.disable_recursion_pending();
       continue;
     }
-    std::error_code sec;
     if (!it->is_regular_file(sec)) continue;
     const std::string abs = p.string();
     if (!IsValidUtf8(rel)) {
@@ -83,6 +90,12 @@ Result<std::vector<ShardFile>> FindShards(const std::string& dir, v1::ShardForma
       case v1::RECORDS:
         break;
       case v1::TAR:
+        if (EndsWith(rel, ".tar.gz") || EndsWith(rel, ".tgz")) {
+          return InvalidArgument(
+              abs + ": gzip-compressed tar shards cannot be served (a chunk of a compressed "
+                    "stream cannot be read or verified on its own); decompress them with `gunzip` "
+                    "(which leaves a .tar) and index again, or extract them and run `shardctl pack`");
+        }
         if (!EndsWith(rel, ".tar")) continue;
         break;
       case v1::MEGATRON: {
@@ -159,10 +172,28 @@ Status WriteFileUnsynced(const std::string& path, const std::string& data) {
   return Status::Ok();
 }
 
-std::string DefaultName(const std::string& dir) {
-  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
-  std::string name = p.filename().string();
-  if (name.empty()) name = p.parent_path().filename().string();  // "dir/" → "dir"
+// The name written to the manifest: `requested`, which must be trailing components of the
+// directory's path, or its basename.
+Result<std::string> DatasetName(const std::string& dir, const std::string& requested) {
+  std::string path = fs::absolute(fs::path(dir)).lexically_normal().generic_string();
+  while (path.size() > 1 && path.back() == '/') path.pop_back();  // "dir/" → "dir"
+  std::string name = requested.empty() ? path.substr(path.rfind('/') + 1) : requested;
+  SC_RETURN_IF_ERROR(CheckDatasetName(name).WithContext(dir));
+  if (!NameIsTailOf(name, path)) {
+    // path is absolute, so it has a '/' before its basename; parent is "" for "/x".
+    const size_t base = path.rfind('/');
+    const std::string parent = path.substr(0, base);
+    const size_t up = parent.rfind('/');
+    std::string choices = "'" + path.substr(base + 1) + "' for upstream root " +
+                          (parent.empty() ? "/" : parent);
+    if (up != std::string::npos && up > 0) {
+      choices += ", '" + path.substr(up + 1) + "' for root " + path.substr(0, up);
+    }
+    return InvalidArgument("--name '" + name + "' does not match directory " + path +
+                           ": a daemon serves a dataset under the directory's path below its "
+                           "upstream root (" + choices + ", ...); use one of those, or move "
+                           "the directory so that its path ends in '" + name + "'");
+  }
   return name;
 }
 
@@ -180,9 +211,7 @@ Result<DatasetPtr> IndexDirectory(const std::string& dir, const IndexOptions& op
   struct stat dst;
   if (::stat(dir.c_str(), &dst) != 0) return ErrnoStatus(errno, "dataset directory " + dir);
   if (!S_ISDIR(dst.st_mode)) return InvalidArgument(dir + " is not a directory");
-  const std::string name = options.name.empty() ? DefaultName(dir) : options.name;
-  if (name.empty()) return InvalidArgument(dir + ": cannot derive a dataset name; pass one");
-  if (!IsValidUtf8(name)) return InvalidArgument("dataset name '" + name + "' is not valid UTF-8");
+  SC_ASSIGN_OR_RETURN(const std::string name, DatasetName(dir, options.name));
 
   SC_ASSIGN_OR_RETURN(std::vector<ShardFile> shards, FindShards(dir, options.format));
   const unsigned threads = DefaultThreads(options.threads);

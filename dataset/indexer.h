@@ -4,9 +4,11 @@
 // manifest last, so a crash mid-index leaves the previous manifest or none, never one that
 // points at missing sample indexes). Used by `shardctl index`, `shardctl pack` and tests.
 //
-// Shard discovery, always recursive and sorted by relative path (byte order):
-//   records   every regular file outside DIR/.shardcache
-//   tar       every *.tar
+// Shard discovery, always recursive and sorted by relative path (byte order), skipping
+// DIR/.shardcache and any subdirectory that is a dataset of its own (has a .shardcache):
+//   records   every regular file
+//   tar       every *.tar; a *.tar.gz or *.tgz is refused (InvalidArgument naming it: chunks
+//             of a compressed stream cannot be served), so none is silently left out
 //   megatron  every *.bin; each needs <same prefix>.idx beside it (its companion)
 //
 // Thread safety: IndexDirectory may run concurrently on different directories. `progress` is
@@ -23,7 +25,9 @@
 namespace shardcache::dataset {
 
 struct IndexOptions {
-  // Dataset name written to the manifest. Default: the directory's basename.
+  // Dataset name written to the manifest: trailing components of the directory's path
+  // ("train" or "laion/train" for /srv/data/laion/train), the names it can be served under
+  // (dataset_name.h); anything else is InvalidArgument. Default: the directory's basename.
   std::string name;
   v1::ShardFormat format = v1::RECORDS;
   // RECORDS only: bytes per record. Required for records.

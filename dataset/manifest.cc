@@ -132,10 +132,11 @@ Result<v1::SampleIndex> ParseSampleIndex(std::string_view bytes, const v1::Manif
   return idx;
 }
 
-Result<DatasetPtr> MakeDataset(std::string manifest_bytes, const std::string& where) {
+Result<DatasetPtr> MakeDataset(std::string manifest_bytes, const std::string& where,
+                               std::string served_name) {
   SC_ASSIGN_OR_RETURN(v1::Manifest m, ParseManifest(manifest_bytes, where));
   auto d = std::make_shared<Dataset>();
-  d->name = m.name();
+  d->name = served_name.empty() ? m.name() : std::move(served_name);
   d->version = ManifestVersion(manifest_bytes);
   d->manifest = std::move(m);
   d->manifest_bytes = std::move(manifest_bytes);

@@ -51,15 +51,17 @@ Hash128 ChunkHash(const v1::Manifest& m, uint32_t shard, uint64_t chunk);
 
 // A manifest with its exact bytes and version, as every tier passes it around.
 struct Dataset {
-  std::string name;
+  std::string name;  // the name it is served under (dataset_name.h); manifest.name() may differ
   std::string version;
   std::string manifest_bytes;
   v1::Manifest manifest;
 };
 using DatasetPtr = std::shared_ptr<const Dataset>;
 
-// Builds a Dataset from manifest bytes (ParseManifest + version).
-Result<DatasetPtr> MakeDataset(std::string manifest_bytes, const std::string& where);
+// Builds a Dataset from manifest bytes (ParseManifest + version) named `served_name`, or the
+// manifest's own name when that is empty (a directory loaded outside any upstream root).
+Result<DatasetPtr> MakeDataset(std::string manifest_bytes, const std::string& where,
+                               std::string served_name = {});
 
 // Reads <dir>/.shardcache/manifest.pb and checks that every shard file exists with the size the
 // manifest records (FailedPrecondition naming the file otherwise).

@@ -7,9 +7,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/fs.h"
+#include "common/random.h"
 #include "dataset/indexer.h"
 #include "dataset/parallel_for.h"
 #include "dataset/tar_writer.h"
@@ -21,13 +25,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// %XX-escapes '%', bytes that are not valid UTF-8, and (in keys) '/' and '.'.
-void Escape(const std::string& in, bool is_key, std::string* out) {
+// Appends `in` with '%', bytes that are not valid UTF-8 and (escape_leading_dot) a '.' at its
+// start %XX-escaped.
+void Escape(std::string_view in, bool escape_leading_dot, std::string* out) {
   static const char* kHex = "0123456789ABCDEF";
   for (size_t i = 0; i < in.size();) {
     const size_t n = Utf8SequenceLength(in, i);
     const char c = in[i];
-    if (n == 0 || c == '%' || (is_key && (c == '/' || c == '.'))) {
+    if (n == 0 || c == '%' || (c == '.' && i == 0 && escape_leading_dot)) {
       const auto b = static_cast<unsigned char>(c);
       *out += '%';
       *out += kHex[b >> 4];
@@ -46,45 +51,76 @@ int HexValue(char c) {
   return -1;
 }
 
+// Position of the '.' that ends the WebDataset key of `member` (its basename's first '.').
+size_t KeyEnd(std::string_view member) {
+  const size_t slash = member.rfind('/');
+  return member.find('.', slash == std::string_view::npos ? 0 : slash + 1);
+}
+
 struct SourceFile {
   std::string rel;
   std::string member;
-  std::string key;
+  std::string_view key() const { return std::string_view(member).substr(0, KeyEnd(member)); }
+  std::string_view ext() const { return std::string_view(member).substr(KeyEnd(member) + 1); }
   uint64_t size_bytes = 0;
   int64_t mtime = 0;
   uint32_t mode = 0644;
 };
+
+// The files in the order they are packed: each sample's files (those sharing a key) together,
+// by extension; the samples in key order, then shuffled with `seed` when there is one.
+std::vector<SourceFile> InPackOrder(std::vector<SourceFile> files, std::optional<uint64_t> seed) {
+  std::sort(files.begin(), files.end(), [](const SourceFile& a, const SourceFile& b) {
+    // Not by member name: "a.b/x.jpg" sorts between "a.aaa" and "a.cls" and would split sample "a".
+    return std::pair(a.key(), a.ext()) < std::pair(b.key(), b.ext());
+  });
+  if (!seed) return files;
+  std::vector<std::pair<size_t, size_t>> samples;  // [begin, end) in files
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (i == 0 || files[i].key() != files[i - 1].key()) samples.emplace_back(i, i);
+    samples.back().second = i + 1;
+  }
+  SplitMix64 rng(*seed);
+  Shuffle(samples.data(), samples.size(), rng);
+  std::vector<SourceFile> out;
+  out.reserve(files.size());
+  for (const auto& [begin, end] : samples) {
+    for (size_t i = begin; i < end; ++i) out.push_back(std::move(files[i]));
+  }
+  return out;
+}
 
 }  // namespace
 
 std::string PackedMemberName(const std::string& rel) {
   const size_t slash = rel.rfind('/');
   const size_t base = slash == std::string::npos ? 0 : slash + 1;
-  size_t dot = rel.find('.', base);
-  if (dot == base) dot = rel.find('.', base + 1);  // ".hidden.txt": the leading dot is the stem's
-  if (dot == rel.size() - 1) dot = std::string::npos;  // "a.": escaped whole, so "a" stays distinct
   std::string out;
-  Escape(dot == std::string::npos ? rel : rel.substr(0, dot), /*is_key=*/true, &out);
-  out += '.';
-  if (dot != std::string::npos) Escape(rel.substr(dot + 1), /*is_key=*/false, &out);
+  Escape(std::string_view(rel).substr(0, base), /*escape_leading_dot=*/false, &out);
+  const size_t base_out = out.size();
+  Escape(std::string_view(rel).substr(base), /*escape_leading_dot=*/true, &out);
+  size_t dot = out.find('.', base_out);
+  if (dot == out.size() - 1) {  // "a." -> "a%2E.", distinct from "a" -> "a."
+    out.replace(dot, 1, "%2E");
+    dot = std::string::npos;
+  }
+  if (dot == std::string::npos) out += '.';  // no extension: "README" -> "README."
   return out;
 }
 
 Result<std::string> DecodePackedName(const std::string& member) {
-  const size_t dot = member.find('.');
+  const size_t dot = KeyEnd(member);
   if (dot == std::string::npos) return InvalidArgument("'" + member + "' has no extension dot");
+  // The dot PackedMemberName appended to a basename without one.
+  const size_t end = dot == member.size() - 1 ? dot : member.size();
   std::string out;
-  for (size_t i = 0; i < member.size(); ++i) {
-    if (i == dot) {
-      if (dot + 1 < member.size()) out += '.';
-      continue;
-    }
+  for (size_t i = 0; i < end; ++i) {
     if (member[i] != '%') {
       out += member[i];
       continue;
     }
-    const int hi = i + 2 < member.size() ? HexValue(member[i + 1]) : -1;
-    const int lo = i + 2 < member.size() ? HexValue(member[i + 2]) : -1;
+    const int hi = i + 2 < end ? HexValue(member[i + 1]) : -1;
+    const int lo = i + 2 < end ? HexValue(member[i + 2]) : -1;
     if (hi < 0 || lo < 0) {
       return InvalidArgument("'" + member + "' has a bad escape at " + std::to_string(i));
     }
@@ -133,16 +169,13 @@ Result<PackResult> PackDirectory(const std::string& src, const std::string& out,
     SourceFile f;
     f.rel = it->path().lexically_relative(src_abs).generic_string();
     f.member = PackedMemberName(f.rel);
-    f.key = f.member.substr(0, f.member.find('.'));
     f.size_bytes = static_cast<uint64_t>(st.st_size);
     f.mtime = st.st_mtime;
     f.mode = st.st_mode & 0777;
     files.push_back(std::move(f));
   }
   if (files.empty()) return NotFound(src + ": no files to pack");
-  std::sort(files.begin(), files.end(), [](const SourceFile& a, const SourceFile& b) {
-    return a.member < b.member;  // key has no '.', so this orders by (key, ext)
-  });
+  files = InPackOrder(std::move(files), options.shuffle_seed);
 
   // Plan shards: [first file, end file) per shard, splitting only between samples.
   std::vector<size_t> shard_begin{0};
@@ -151,7 +184,7 @@ Result<PackResult> PackDirectory(const std::string& src, const std::string& out,
   for (size_t i = 0; i < files.size();) {
     size_t j = i;
     uint64_t sample_bytes = 0;
-    for (; j < files.size() && files[j].key == files[i].key; ++j) {
+    for (; j < files.size() && files[j].key() == files[i].key(); ++j) {
       sample_bytes += TarWriter::MemberBytes(files[j].member, files[j].size_bytes);
       total_bytes += files[j].size_bytes;
     }

@@ -179,6 +179,13 @@ Result<v1::SampleIndex> IndexTarShard(const ByteSource& src) {
     in_group = false;
   };
 
+  if (size >= 2) {
+    SC_ASSIGN_OR_RETURN(const char* magic, reader.Read(0, 2));
+    if (magic[0] == '\x1f' && magic[1] == '\x8b') {
+      return InvalidArgument(src.name() + " is gzip-compressed; tar shards must be plain tar "
+                             "(decompress it with `gunzip`, or extract it and run `shardctl pack`)");
+    }
+  }
   uint64_t off = 0;
   while (off < size) {
     if (size - off < kBlock) {

@@ -38,7 +38,8 @@ constexpr uint64_t kMaxTarMetaBytes = 1ull << 20;
 
 // Builds the sample index of one tar shard. DataLoss naming src.name() and the byte offset on a
 // bad checksum, a truncated header or member, malformed pax records or numeric fields;
-// InvalidArgument for sparse members and sample member names that are not valid UTF-8.
+// InvalidArgument for a gzip-compressed file, sparse members and sample member names that are
+// not valid UTF-8.
 Result<v1::SampleIndex> IndexTarShard(const ByteSource& src);
 
 // Splits a member path into WebDataset key and extension. Returns false when the basename has

@@ -87,7 +87,7 @@ Result<DatasetPtr> CachedSource::OpenDataset(const std::string& name) {
   if (store_) {
     auto bytes = store_->index_db().GetBlob(ManifestKey(name));
     if (bytes.ok()) {
-      auto ds = dataset::MakeDataset(std::move(*bytes), "cached manifest of '" + name + "'");
+      auto ds = dataset::MakeDataset(std::move(*bytes), "cached manifest of '" + name + "'", name);
       if (ds.ok()) {
         SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: upstream unreachable ({}); using the cached manifest of '{}'",
                             fresh.status().ToString(), name);

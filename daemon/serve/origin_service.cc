@@ -86,6 +86,18 @@ void OriginService::Spawn(std::function<void()> fn) {
   }).detach();
 }
 
+Result<DatasetPtr> OriginService::OpenVersion(const std::string& name, const std::string& version) {
+  if (DatasetPtr known = versions_.Find(name, version)) return known;
+  SC_ASSIGN_OR_RETURN(DatasetPtr d, source_.OpenDataset(name));
+  versions_.Remember(d);
+  if (!version.empty() && version != d->version) {
+    return FailedPrecondition("dataset '" + d->name + "' is at version " + d->version +
+                              ", the request names version " + version +
+                              ", which this daemon no longer serves");
+  }
+  return d;
+}
+
 grpc::ServerUnaryReactor* OriginService::ListDatasets(grpc::CallbackServerContext* ctx,
                                                       const v1::ListDatasetsRequest*,
                                                       v1::ListDatasetsResponse* resp) {
@@ -118,6 +130,7 @@ grpc::ServerUnaryReactor* OriginService::GetManifest(grpc::CallbackServerContext
   }
   Spawn([this, reactor, req, resp] {
     auto d = source_.OpenDataset(req->dataset());
+    if (d.ok()) versions_.Remember(*d);
     grpc::Status s = ToGrpcStatus(d.status());
     if (d.ok()) {
       resp->set_manifest((*d)->manifest_bytes);
@@ -140,11 +153,7 @@ grpc::ServerUnaryReactor* OriginService::GetSampleIndex(grpc::CallbackServerCont
   }
   Spawn([this, reactor, req, resp] {
     Status st = [&]() -> Status {
-      SC_ASSIGN_OR_RETURN(DatasetPtr d, source_.OpenDataset(req->dataset()));
-      if (req->version() != d->version) {
-        return FailedPrecondition("dataset '" + d->name + "' is at version " + d->version +
-                                  ", the request names version " + req->version());
-      }
+      SC_ASSIGN_OR_RETURN(DatasetPtr d, OpenVersion(req->dataset(), req->version()));
       SC_ASSIGN_OR_RETURN(std::string bytes, source_.GetSampleIndex(d, req->shard()));
       resp->set_sample_index(std::move(bytes));
       return Status::Ok();
@@ -232,11 +241,7 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
 
   void Produce() {
     Status st = [&]() -> Status {
-      SC_ASSIGN_OR_RETURN(DatasetPtr d, svc_->source_.OpenDataset(req_.dataset()));
-      if (!req_.version().empty() && req_.version() != d->version) {
-        return FailedPrecondition("dataset '" + d->name + "' is at version " + d->version +
-                                  ", the request names version " + req_.version());
-      }
+      SC_ASSIGN_OR_RETURN(DatasetPtr d, svc_->OpenVersion(req_.dataset(), req_.version()));
       SC_RETURN_IF_ERROR(CheckChunkRange(d, req_.shard(), req_.first_chunk(), req_.chunk_count()));
       ReadOptions ro;
       ro.deadline = deadline_;

@@ -7,6 +7,11 @@
 // message carries the chunk index, its 16-byte xxh3-128, raw length and a payload that the
 // per-stream ChunkEncoder sends as zstd only when that shrinks it.
 //
+// Sample index and chunk requests name the dataset version they read. Versions this service
+// handed out recently are answered from memory (served_versions.h), without opening the dataset
+// again, so a downstream keeps reading the version it opened after the dataset was re-indexed;
+// any other version is opened afresh and must be the current one (FAILED_PRECONDITION).
+//
 // Callback API, and reactors never block: the ChunkSource calls (disk reads, upstream fetches)
 // run on a thread per call. A ReadChunks producer hands encoded messages to the reactor through
 // a queue of `queue_depth` messages and waits when it is full, so a slow client holds back
@@ -26,6 +31,7 @@
 #include <mutex>
 
 #include "daemon/serve/grpc_server.h"
+#include "daemon/serve/served_versions.h"
 #include "daemon/source/chunk_source.h"
 #include "daemon/upstream/chunk_codec.h"
 #include "shardcache/origin.grpc.pb.h"
@@ -64,10 +70,13 @@ class OriginService final : public v1::Origin::CallbackService {
   class ChunkStream;
   // Runs `fn` on a new thread, counted so the destructor can wait for it.
   void Spawn(std::function<void()> fn);
+  // Dataset `name` at `version` ("" = the current one).
+  Result<DatasetPtr> OpenVersion(const std::string& name, const std::string& version);
 
   ChunkSource& source_;
   const OriginServiceOptions options_;
   const BearerTokenCheck auth_;
+  ServedVersions versions_;
   std::mutex mu_;
   std::condition_variable cv_;
   int threads_ = 0;  // GUARDED_BY(mu_)

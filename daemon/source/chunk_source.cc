@@ -85,18 +85,6 @@ Status CheckChunkRange(const DatasetPtr& dataset, uint32_t shard, uint64_t first
   return Status::Ok();
 }
 
-Status CheckDatasetName(const std::string& name) {
-  if (name.empty()) return InvalidArgument("empty dataset name");
-  if (name.size() > 255) return InvalidArgument("dataset name longer than 255 bytes");
-  if (name[0] == '.') return InvalidArgument("dataset name '" + name + "' starts with '.'");
-  for (char c : name) {
-    if (c == '/' || c == '\\' || c == '\0') {
-      return InvalidArgument("dataset name '" + name + "' contains a path separator");
-    }
-  }
-  return Status::Ok();
-}
-
 v1::DatasetSummary SummarizeDataset(const dataset::Dataset& d) {
   v1::DatasetSummary s;
   s.set_name(d.name);

@@ -23,6 +23,7 @@
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/status.h"
+#include "dataset/dataset_name.h"
 #include "dataset/manifest.h"
 #include "shardcache/origin.pb.h"
 
@@ -63,8 +64,9 @@ class ChunkSource {
 
   virtual Result<std::vector<v1::DatasetSummary>> ListDatasets() = 0;
 
-  // The current manifest of dataset `name`. NotFound for unknown names, InvalidArgument for
-  // names that are not plain dataset names (no '/', "..", leading '.').
+  // The current manifest of dataset `name` (dataset_name.h: "laion/train" is directory
+  // laion/train below the origin's root), with Dataset::name == `name`. NotFound for unknown
+  // names, InvalidArgument for names CheckDatasetName refuses.
   virtual Result<DatasetPtr> OpenDataset(const std::string& name) = 0;
 
   // Serialized SampleIndex of one shard (validated against the manifest).
@@ -116,9 +118,8 @@ Status CheckChunkRange(const DatasetPtr& dataset, uint32_t shard, uint64_t first
 // otherwise.
 Status CheckPiece(const DatasetPtr& dataset, uint32_t shard, const ChunkPiece& piece, uint64_t chunk_length);
 
-// Rejects dataset names that could leave a root directory: empty, '/', "..", leading '.',
-// NUL, longer than 255 bytes.
-Status CheckDatasetName(const std::string& name);
+// Every tier checks the names it is asked for with dataset::CheckDatasetName.
+using dataset::CheckDatasetName;
 
 // Summary line of a dataset for ListDatasets.
 v1::DatasetSummary SummarizeDataset(const dataset::Dataset& d);

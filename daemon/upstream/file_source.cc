@@ -126,11 +126,10 @@ Result<DatasetPtr> FileSource::OpenDataset(const std::string& name) {
   const std::string where = root_ + "/" + rel;
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
   SC_RETURN_IF_ERROR(PreadFull(fd->get(), bytes.data(), bytes.size(), 0, where));
-  SC_ASSIGN_OR_RETURN(DatasetPtr d, dataset::MakeDataset(std::move(bytes), where));
-  if (d->name != name) {
-    return FailedPrecondition(where + ": manifest names the dataset '" + d->name +
-                              "' but it lives in directory '" + name +
-                              "'; re-index it or rename the directory");
+  SC_ASSIGN_OR_RETURN(DatasetPtr d, dataset::MakeDataset(std::move(bytes), where, name));
+  if (!dataset::NameIsTailOf(d->manifest.name(), name)) {
+    spdlog::info("dataset '{}' was indexed as '{}' (directory renamed or moved since); serving "
+                 "it as '{}', its path below {}", name, d->manifest.name(), name, root_);
   }
   for (int i = 0; i < d->manifest.shards_size(); ++i) {
     SC_ASSIGN_OR_RETURN(UniqueFd shard_fd, OpenShard(*d, static_cast<uint32_t>(i)));
@@ -146,33 +145,62 @@ Result<DatasetPtr> FileSource::OpenDataset(const std::string& name) {
 }
 
 Result<std::vector<v1::DatasetSummary>> FileSource::ListDatasets() {
-  int dfd = ::openat(root_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return ErrnoStatus(errno, "open " + root_);
-  DIR* dir = ::fdopendir(dfd);
-  if (dir == nullptr) {
-    ::close(dfd);
-    return ErrnoStatus(errno, "list " + root_);
+  std::vector<v1::DatasetSummary> out;
+  SC_RETURN_IF_ERROR(ListBelow("", 0, &out));
+  std::sort(out.begin(), out.end(), [](const v1::DatasetSummary& a, const v1::DatasetSummary& b) {
+    return a.name() < b.name();
+  });
+  return out;
+}
+
+Status FileSource::ListBelow(const std::string& dir, size_t depth, std::vector<v1::DatasetSummary>* out) {
+  const std::string shown = dir.empty() ? root_ : root_ + "/" + dir;
+  UniqueFd dfd;
+  if (dir.empty()) {
+    dfd = UniqueFd(::openat(root_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dfd.valid()) return ErrnoStatus(errno, "open " + shown);
+  } else {
+    SC_ASSIGN_OR_RETURN(dfd, OpenBeneath(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
   }
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(dir)) {
+  DIR* listing = ::fdopendir(dfd.get());
+  if (listing == nullptr) return ErrnoStatus(errno, "list " + shown);
+  dfd.Release();  // closedir closes it
+  struct Entry {
+    std::string name;
+    bool real_dir;
+  };
+  std::vector<Entry> entries;
+  while (dirent* e = ::readdir(listing)) {
     const std::string n = e->d_name;
     if (n.empty() || n[0] == '.') continue;
     if (e->d_type != DT_DIR && e->d_type != DT_LNK && e->d_type != DT_UNKNOWN) continue;
-    names.push_back(n);
+    bool real_dir = e->d_type == DT_DIR;
+    struct stat st;
+    if (e->d_type == DT_UNKNOWN && ::fstatat(::dirfd(listing), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      real_dir = S_ISDIR(st.st_mode);
+    }
+    entries.push_back({dir.empty() ? n : dir + "/" + n, real_dir});
   }
-  ::closedir(dir);
-  std::sort(names.begin(), names.end());
-  std::vector<v1::DatasetSummary> out;
-  for (const auto& n : names) {
-    auto d = OpenDataset(n);
+  ::closedir(listing);
+  for (const Entry& e : entries) {
+    if (!CheckDatasetName(e.name).ok()) continue;
+    auto meta = OpenBeneath(e.name + "/" + dataset::kMetaDirName, O_RDONLY | O_DIRECTORY);
+    if (meta.status().code() == StatusCode::kNotFound) {
+      // Not a dataset: look for datasets below it. A dataset's own subdirectories hold its
+      // shards, and symlinked directories are followed only as datasets (no loops).
+      if (e.real_dir && depth + 1 < dataset::kMaxDatasetNameComponents) {
+        SC_RETURN_IF_ERROR(ListBelow(e.name, depth + 1, out));
+      }
+      continue;
+    }
+    auto d = OpenDataset(e.name);  // also reports what kept .shardcache from opening
     if (d.ok()) {
-      out.push_back(SummarizeDataset(**d));
-    } else if (d.status().code() != StatusCode::kNotFound &&
-               d.status().code() != StatusCode::kInvalidArgument) {
-      SC_LOG_RATE_LIMITED(spdlog::level::warn, "skipping dataset '{}': {}", n, d.status().ToString());
+      out->push_back(SummarizeDataset(**d));
+    } else if (d.status().code() != StatusCode::kNotFound) {
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "skipping dataset '{}': {}", e.name, d.status().ToString());
     }
   }
-  return out;
+  return Status::Ok();
 }
 
 Result<std::string> FileSource::GetSampleIndex(const DatasetPtr& d, uint32_t shard) {

@@ -1,7 +1,11 @@
 // FileSource: the origin role — a ChunkSource over a directory (upstream = "file:///root").
 //
-// Layout: every subdirectory of `root` holding .shardcache/manifest.pb (written by
-// `shardctl index` / `shardctl pack`) is a dataset named after the subdirectory.
+// Layout: every directory below `root` holding .shardcache/manifest.pb (written by
+// `shardctl index` / `shardctl pack`) is a dataset named after its path below the root
+// ("laion/train" is ROOT/laion/train; see dataset/dataset_name.h), whatever name its manifest
+// was indexed with. ListDatasets walks the root's real (not symlinked) directories down to
+// kMaxDatasetNameComponents levels and stops at each dataset: a dataset's subdirectories hold its
+// shards, not further datasets (those can still be opened by name).
 //
 // Nothing outside `root` is ever opened: dataset names must pass CheckDatasetName, and every
 // path (dataset directory, manifest, sample index, shard) is opened with openat2(2)
@@ -27,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/fs.h"
 #include "daemon/source/chunk_source.h"
@@ -51,6 +56,9 @@ class FileSource final : public ChunkSource {
 
   // Opens `relative` (below the root) refusing any resolution that leaves the root.
   Result<UniqueFd> OpenBeneath(const std::string& relative, int flags) const;
+  // Appends the datasets at and below directory `dir` (relative to the root, "" = the root,
+  // `depth` components).
+  Status ListBelow(const std::string& dir, size_t depth, std::vector<v1::DatasetSummary>* out);
   // Opens a shard file of `dataset` and checks its size against the manifest.
   Result<UniqueFd> OpenShard(const dataset::Dataset& dataset, uint32_t shard) const;
 

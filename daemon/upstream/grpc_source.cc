@@ -281,15 +281,34 @@ Result<std::vector<v1::DatasetSummary>> GrpcSource::ListDatasets() {
 
 Result<DatasetPtr> GrpcSource::OpenDataset(const std::string& name) {
   SC_RETURN_IF_ERROR(CheckDatasetName(name));
-  DatasetPtr stale;
-  {
+  auto cached = [&](DatasetPtr* stale) -> DatasetPtr {
     std::lock_guard<std::mutex> lock(manifest_mu_);
     auto it = manifests_.find(name);
-    if (it != manifests_.end()) {
-      if (Clock::now() - it->second.fetched < options_.manifest_ttl) return it->second.dataset;
-      stale = it->second.dataset;
-    }
+    if (it == manifests_.end()) return nullptr;
+    if (Clock::now() - it->second.fetched < options_.manifest_ttl) return it->second.dataset;
+    *stale = it->second.dataset;
+    return nullptr;
+  };
+  DatasetPtr stale;
+  if (DatasetPtr fresh = cached(&stale)) return fresh;
+  // One GetManifest per name at a time: the loaders of a job opening together cost one round
+  // trip, not one each.
+  auto flight = manifest_flights_.Join(name);
+  if (!flight.leader()) {
+    auto shared = flight.Wait(Clock::now() + options_.call_timeout + std::chrono::seconds(1));
+    if (shared) return *shared;
+    if (stale) return stale;
+    return Unavailable(Where() + ": GetManifest '" + name + "': no answer within " +
+                       std::to_string(options_.call_timeout.count()) + " ms");
   }
+  // A flight that ended between our look at the cache and Join may have refreshed it.
+  DatasetPtr again = cached(&stale);
+  Result<DatasetPtr> result = again ? Result<DatasetPtr>(again) : FetchManifest(name, stale);
+  flight.Publish(result);
+  return result;
+}
+
+Result<DatasetPtr> GrpcSource::FetchManifest(const std::string& name, const DatasetPtr& stale) {
   v1::GetManifestRequest req;
   req.set_dataset(name);
   v1::GetManifestResponse resp;
@@ -311,10 +330,7 @@ Result<DatasetPtr> GrpcSource::OpenDataset(const std::string& name) {
                     " does not match the hash of the manifest bytes received (" +
                     dataset::ManifestVersion(resp.manifest()) + ")");
   }
-  SC_ASSIGN_OR_RETURN(DatasetPtr d, dataset::MakeDataset(std::move(*resp.mutable_manifest()), where));
-  if (d->name != name) {
-    return DataLoss(where + ": the upstream answered with dataset '" + d->name + "'");
-  }
+  SC_ASSIGN_OR_RETURN(DatasetPtr d, dataset::MakeDataset(std::move(*resp.mutable_manifest()), where, name));
   std::lock_guard<std::mutex> lock(manifest_mu_);
   auto& slot = manifests_[name];
   // Reuse the previous object when nothing changed, so callers comparing pointers stay happy.

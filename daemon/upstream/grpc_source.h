@@ -89,9 +89,11 @@ struct GrpcSourceOptions {
   // Backoff between attempts: initial, doubled per failure, capped; each jittered x[0.5, 1.5).
   std::chrono::milliseconds backoff_initial{50};
   std::chrono::milliseconds backoff_max{2000};
-  // How long a fetched manifest is reused before asking the upstream again. While the upstream
+  // How long a fetched manifest is reused before asking the upstream again: a dataset
+  // re-indexed at the origin is seen by datasets opened this long after it, at most. Opens
+  // after that share one GetManifest per name however many arrive together. While the upstream
   // is unreachable the last known manifest keeps being returned (cached data stays servable).
-  std::chrono::milliseconds manifest_ttl{5000};
+  std::chrono::milliseconds manifest_ttl{1000};
   // Ask the origin for zstd where it helps.
   bool accept_zstd = true;
   // Adaptive stream control; `initial`/`max` are taken from connections/max_connections.
@@ -153,6 +155,9 @@ class GrpcSource final : public ChunkSource {
   void AddAuth(grpc::ClientContext* ctx) const;
   // Sleeps until `t`; false when the source is shutting down.
   bool SleepUntil(std::chrono::steady_clock::time_point t);
+  // GetManifest of `name`, remembered in manifests_; `stale` (the last one known, may be null)
+  // when the upstream cannot be reached.
+  Result<DatasetPtr> FetchManifest(const std::string& name, const DatasetPtr& stale);
   // Runs a unary call on connection 0 with a deadline of call_timeout and retries.
   template <typename Call>
   Status UnaryWithRetries(const std::string& what, Call&& call);
@@ -182,6 +187,7 @@ class GrpcSource final : public ChunkSource {
     std::chrono::steady_clock::time_point fetched;
   };
   std::map<std::string, CachedManifest> manifests_;  // GUARDED_BY(manifest_mu_)
+  SingleFlight<std::string, Result<DatasetPtr>> manifest_flights_;  // per dataset name
 
   std::atomic<uint64_t> wire_bytes_{0}, payload_bytes_{0}, chunks_{0}, streams_{0}, retries_{0},
       checksum_failures_{0};

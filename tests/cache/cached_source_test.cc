@@ -256,3 +256,32 @@ TEST_CASE("cached source: size 0 is a pass-through that still shares fetches", "
   CHECK(f.upstream->chunks_sent.load() == 32);
   CHECK_FALSE(f.cache->Stats().nvme_enabled);
 }
+
+TEST_CASE("cached source: a nested dataset name is cached, evicted, and remembered across a restart with the upstream down",
+          "[cache][source][names]") {
+  TempDir dir;
+  SyntheticDatasetOptions dso;
+  dso.name = "laion/train";
+  const auto options = SmallCacheOptions(dir / "cache");
+  {
+    Fixture f(options, dso);
+    auto d = f.cache->OpenDataset("laion/train");
+    REQUIRE(d.ok());
+    CHECK((*d)->name == "laion/train");
+    CHECK(ReadAndCompare(*f.cache, *d, dso) == 0);
+    f.cache->Flush();
+    REQUIRE(f.cache->Evict("laion/train").ok());
+    CHECK(f.cache->Stats().nvme.entries == 0);
+    CHECK(f.cache->Evict("laion/../x").code() == StatusCode::kInvalidArgument);
+    CHECK(ReadAndCompare(*f.cache, *d, dso) == 0);  // fetched and stored again
+  }
+  auto down = std::make_unique<FakeUpstream>();
+  down->fail = true;
+  auto restarted = CachedSource::Open(options, std::move(down));
+  REQUIRE(restarted.ok());
+  auto d = (*restarted)->OpenDataset("laion/train");
+  REQUIRE(d.ok());
+  CHECK((*d)->name == "laion/train");
+  CHECK(ReadAndCompare(**restarted, *d, dso) == 0);
+  CHECK((*restarted)->Stats().hits_nvme > 0);
+}

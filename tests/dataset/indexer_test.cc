@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/fs.h"
+#include "dataset/synthetic.h"
 #include "testing/datasets.h"
 #include "testing/temp_dir.h"
 
@@ -86,6 +87,23 @@ TEST_CASE("records shards are found recursively, sorted, outside .shardcache",
   REQUIRE(again.ok());
   CHECK((*again)->manifest.shards_size() == 3);
   CHECK((*again)->version == (*d)->version);
+}
+
+TEST_CASE("a subdirectory that is a dataset of its own is left out of its parent's shards",
+          "[dataset][indexer][names]") {
+  TempDir tmp;
+  auto train = shardcache::testing::MakeRecordsDataset(tmp / "laion", "train", 2, 8, 4096, 4096);
+  REQUIRE(train.ok());
+  REQUIRE(synthetic::WriteRecordsShard(tmp / "laion/extra.bin", synthetic::RecordKind::kRandom, 1, 0, 4,
+                                       4096).ok());
+  IndexOptions o;
+  o.record_bytes = 4096;
+  o.chunk_bytes = 4096;
+  auto laion = IndexDirectory(tmp / "laion", o);
+  REQUIRE(laion.ok());
+  REQUIRE((*laion)->manifest.shards_size() == 1);
+  CHECK((*laion)->manifest.shards(0).path() == "extra.bin");
+  CHECK((*laion)->manifest.name() == "laion");
 }
 
 TEST_CASE("hashing reports progress up to the total and is identical on 1 or many threads",

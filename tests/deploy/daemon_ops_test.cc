@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fs.h"
+#include "integration/daemon_probe.h"
 #include "testing/datasets.h"
 #include "testing/process.h"
 #include "testing/temp_dir.h"
@@ -28,15 +29,6 @@ using namespace std::chrono_literals;
 std::string Log(const std::string& path) {
   auto t = ReadFileToString(path);
   return t.ok() ? *t : "";
-}
-
-// GET/POST on 127.0.0.1:port; status -1 when unreachable.
-std::pair<int, std::string> Http(int port, const std::string& path, bool post = false) {
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(10s);
-  auto res = post ? cli.Post(path.c_str()) : cli.Get(path.c_str());
-  if (!res) return {-1, ""};
-  return {res->status, res->body};
 }
 
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {

@@ -1,5 +1,5 @@
 // What the integration tests ask of a running shardcached: where its binaries are, the tail of
-// its log, and metric sums from its admin port.
+// its log, admin requests and metric sums from its admin port.
 #pragma once
 
 #include <httplib.h>
@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "common/fs.h"
 #include "testing/process.h"
@@ -24,6 +25,15 @@ inline std::string Bin(const std::string& name) {
 inline std::string LogTail(const std::string& path) {
   auto t = ReadFileToString(path);
   return t.ok() ? t->substr(t->size() > 4000 ? t->size() - 4000 : 0) : "";
+}
+
+// GET (or POST) `path` on 127.0.0.1:port: HTTP status and body; status -1 when unreachable.
+inline std::pair<int, std::string> Http(int port, const std::string& path, bool post = false) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(std::chrono::seconds(10));
+  auto res = post ? cli.Post(path.c_str()) : cli.Get(path.c_str());
+  if (!res) return {-1, ""};
+  return {res->status, res->body};
 }
 
 // Sum of every sample of metric `name` (with or without labels) on 127.0.0.1:port/metrics;

@@ -24,6 +24,7 @@
 #include "testing/datasets.h"
 #include "testing/process.h"
 #include "integration/daemon_probe.h"
+#include "integration/daemons.h"
 #include "testing/temp_dir.h"
 
 namespace shardcache::testing {
@@ -31,74 +32,6 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-bool Ready(int metrics_port) {
-  httplib::Client cli("127.0.0.1", metrics_port);
-  cli.set_connection_timeout(1s);
-  auto res = cli.Get("/ready");
-  return res && res->status == 200;
-}
-
-// One shardcached process with its own generated config.
-struct Daemon {
-  std::string name, config, log, cache_dir;
-  uint64_t cache_bytes = 0;
-  int origin_port = FreePort();
-  int metrics_port = FreePort();
-  std::unique_ptr<Process> proc;
-
-  Daemon(const TempDir& dir, std::string n, const std::string& upstream, uint64_t cache_size,
-         uint64_t segment_size = 1 << 20)
-      : name(std::move(n)), config(dir / (name + ".toml")), log(dir / (name + ".log")),
-        cache_dir(dir / (name + "-cache")), cache_bytes(cache_size) {
-    const std::string text =
-        "upstream = \"" + upstream + "\"\n[listen]\norigin = \"127.0.0.1:" + std::to_string(origin_port) +
-        "\"\nsocket = \"\"\nmetrics = \"127.0.0.1:" + std::to_string(metrics_port) +
-        "\"\n[cache]\ndir = \"" + cache_dir + "\"\nsize = \"" + std::to_string(cache_size) +
-        "\"\nmemory_size = \"0\"\nsegment_size = \"" + std::to_string(segment_size) +
-        "\"\nmin_free = \"1%\"\n[log]\nlevel = \"warn\"\n";
-    REQUIRE(MakeDirs(cache_dir).ok());
-    REQUIRE(WriteFileAtomic(config, text).ok());
-  }
-  std::string Url() const { return "grpc://127.0.0.1:" + std::to_string(origin_port); }
-
-  void Start() {
-    proc = std::make_unique<Process>(std::vector<std::string>{Bin("shardcached"), "--config", config}, log);
-    const auto end = std::chrono::steady_clock::now() + 30s;
-    while (!Ready(metrics_port)) {
-      INFO(name << " log:\n" << LogTail(log));
-      REQUIRE(proc->Running());
-      REQUIRE(std::chrono::steady_clock::now() < end);
-      std::this_thread::sleep_for(20ms);
-    }
-    REQUIRE(WaitForPort(origin_port));
-  }
-};
-
-// `shardctl fetch DATASET all OUT` against `upstream`; returns the exit code.
-int FetchAll(const std::string& upstream, const std::string& dataset, const std::string& out,
-             std::string* output) {
-  return RunCommand(Bin("shardctl") + " fetch --timeout 60 --upstream " + upstream + " " + dataset +
-                        " all " + out,
-                    output);
-}
-
-// Every shard file of root/dataset equals out/<file>, byte for byte.
-void RequireSameShards(const std::string& dataset_dir, const std::string& out) {
-  int files = 0;
-  for (const auto& e : fs::directory_iterator(dataset_dir)) {
-    if (!e.is_regular_file() || e.path().filename().string()[0] == '.') continue;
-    auto want = ReadFileToString(e.path().string());
-    auto got = ReadFileToString((fs::path(out) / e.path().filename()).string());
-    INFO("shard " << e.path().filename());
-    REQUIRE(want.ok());
-    REQUIRE(got.ok());
-    REQUIRE(got->size() == want->size());
-    REQUIRE(*got == *want);  // not CHECK: a 4 MiB diff would flood the report
-    ++files;
-  }
-  REQUIRE(files > 0);
-}
 
 uint64_t ApparentBytes(const std::string& dir) {
   std::string out;

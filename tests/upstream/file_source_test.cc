@@ -104,11 +104,21 @@ TEST_CASE("file source refuses names and links that leave the root", "[file_sour
   SECTION("unknown dataset is NotFound") {
     CHECK(src->OpenDataset("nope").status().code() == StatusCode::kNotFound);
   }
-  SECTION("path-like names are InvalidArgument") {
-    for (const char* n : {"..", "../secret", "/etc", "/", "a/b", ".shardcache", "", "recs/../recs"}) {
+  SECTION("names that are not directories below the root are InvalidArgument") {
+    for (const char* n : {"..", "../secret", "/etc", "/", ".shardcache", "", "recs/../recs",
+                          "a/../../etc", "recs/", "a//recs", "recs/.shardcache", "a\\b"}) {
       INFO(n);
       CHECK(src->OpenDataset(n).status().code() == StatusCode::kInvalidArgument);
     }
+  }
+  SECTION("an unknown nested name is NotFound") {
+    CHECK(src->OpenDataset("a/b").status().code() == StatusCode::kNotFound);
+  }
+  SECTION("a nested name through a symlink out of the root") {
+    fs::create_directory_symlink(outside.path(), root / "elsewhere");
+    auto r = src->OpenDataset("elsewhere/secret");
+    CHECK(r.status().code() == StatusCode::kPermissionDenied);
+    CHECK_THAT(r.status().message(), Catch::Contains("outside"));
   }
   SECTION("a dataset directory that is a symlink out of the root") {
     fs::create_directory_symlink(outside / "secret", root / "secret");
@@ -141,6 +151,57 @@ TEST_CASE("file source refuses names and links that leave the root", "[file_sour
     REQUIRE(l->size() == 1);
     CHECK((*l)[0].name() == "recs");
   }
+}
+
+TEST_CASE("a nested name is the dataset in that directory below the root", "[file_source][names]") {
+  TempDir root;
+  auto train = MakeRecordsDataset(root.path(), "laion/train", 2, 40, 4096, 64 << 10);
+  REQUIRE(train.ok());
+  REQUIRE(MakeRecordsDataset(root.path(), "laion/val", 1, 4, 4096, 4096, 2).ok());
+  REQUIRE(MakeRecordsDataset(root / "a/b", "c", 1, 4, 4096, 4096, 3).ok());  // indexed as 'c'
+  REQUIRE(MakeRecordsDataset(root.path(), "top", 1, 4, 4096, 4096, 4).ok());
+  REQUIRE(MakeDirs(root / "raw/images").ok());  // no dataset anywhere below
+  auto src = OpenRoot(root.path());
+
+  auto d = src->OpenDataset("laion/train");
+  REQUIRE(d.ok());
+  CHECK((*d)->name == "laion/train");
+  CHECK((*d)->version == (*train)->version);
+  Collected c;
+  REQUIRE(Collect(*src, *d, 1, 0, 3, &c).ok());
+  CHECK(c.bytes == FileBytes(root / "laion/train/shard-00001.bin", 0, 40 * 4096));
+  auto idx = src->GetSampleIndex(*d, 1);
+  REQUIRE(idx.ok());
+  CHECK(*idx == *ReadFileToString(dataset::SampleIndexPath(root / "laion/train", 1)));
+
+  auto abc = src->OpenDataset("a/b/c");
+  REQUIRE(abc.ok());
+  CHECK((*abc)->name == "a/b/c");
+  CHECK((*abc)->manifest.name() == "c");
+  CHECK(src->OpenDataset("laion").status().code() == StatusCode::kNotFound);
+
+  auto l = src->ListDatasets();
+  REQUIRE(l.ok());
+  std::vector<std::string> names;
+  for (const auto& s : *l) names.push_back(s.name());
+  CHECK(names == std::vector<std::string>{"a/b/c", "laion/train", "laion/val", "top"});
+}
+
+TEST_CASE("a dataset whose manifest was indexed under another name is served under its path",
+          "[file_source][names]") {
+  TempDir root;
+  auto made = MakeRecordsDataset(root.path(), "before", 1, 8, 4096, 4096);
+  REQUIRE(made.ok());
+  fs::rename(root / "before", root / "after");  // renamed after indexing
+  auto src = OpenRoot(root.path());
+  auto d = src->OpenDataset("after");
+  REQUIRE(d.ok());  // the old code refused it (FailedPrecondition) under either name
+  CHECK((*d)->name == "after");
+  CHECK((*d)->manifest.name() == "before");
+  CHECK((*d)->version == (*made)->version);
+  Collected c;
+  CHECK(Collect(*src, *d, 0, 0, 8, &c).ok());
+  CHECK(src->OpenDataset("before").status().code() == StatusCode::kNotFound);
 }
 
 TEST_CASE("a corrupt byte in a shard is DataLoss naming file, chunk and offset, never served",

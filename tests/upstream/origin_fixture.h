@@ -32,16 +32,25 @@ inline std::string ChunkBytes(const ChunkPtr& c) {
   return std::string(reinterpret_cast<const char*>(c->bytes.data()), c->bytes.size());
 }
 
-// Wraps a ChunkSource: counts ReadChunks calls, optionally sleeps before each chunk, and
+// Wraps a ChunkSource: counts OpenDataset and ReadChunks calls, optionally sleeps in each open
+// and before each chunk, and
 // corrupts the first `corrupt_first` deliveries of chunk `corrupt_chunk` (keeping the manifest
 // hash, so only a verifying receiver notices).
 class FaultySource final : public testing::ForwardingSource {
  public:
   explicit FaultySource(ChunkSource& inner) : ForwardingSource(inner) {}
+  std::atomic<int> open_calls{0};
+  std::atomic<int> open_delay_ms{0};
   std::atomic<int> read_calls{0};
   std::atomic<int> delay_ms{0};
   std::atomic<int64_t> corrupt_chunk{-1};
   std::atomic<int> corrupt_first{0};
+
+  Result<DatasetPtr> OpenDataset(const std::string& name) override {
+    open_calls.fetch_add(1);
+    if (int ms = open_delay_ms.load()) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return inner_.OpenDataset(name);
+  }
 
   Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& o, const ChunkSink& sink) override {

@@ -6,6 +6,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/metrics.h"
+#include "daemon/cache/cached_source.h"
+#include "dataset/indexer.h"
 #include "shardcache/origin.grpc.pb.h"
 #include "testing/process.h"
 #include "upstream/origin_fixture.h"
@@ -33,7 +35,7 @@ grpc::StatusCode RawRead(v1::Origin::Stub& stub, const v1::ReadChunksRequest& re
   return reader->Finish().error_code();
 }
 
-Result<std::string> ReadAll(upstream::GrpcSource& src, const DatasetPtr& d, uint32_t shard,
+Result<std::string> ReadAll(ChunkSource& src, const DatasetPtr& d, uint32_t shard,
                             uint64_t first, uint64_t count, std::vector<uint64_t>* order = nullptr) {
   std::string out;
   Status s = src.ReadChunks(d, shard, first, count, Within(std::chrono::seconds(20)),
@@ -124,7 +126,8 @@ TEST_CASE("origin refuses unknown datasets and names that try to leave the root"
   auto client = o.Client();
   CHECK(client->OpenDataset("missing").status().code() == StatusCode::kNotFound);
   auto stub = RawStub(o.Target());
-  for (const char* name : {"..", "../recs", "/etc", "/etc/passwd", "recs/../../x", ".shardcache"}) {
+  for (const char* name : {"..", "../recs", "/etc", "/etc/passwd", "recs/../../x", ".shardcache",
+                           "a/../../etc", "recs/.shardcache", "recs//x", "recs/"}) {
     INFO(name);
     grpc::ClientContext ctx;
     v1::GetManifestRequest req;
@@ -358,4 +361,85 @@ TEST_CASE("the last known manifest is served while the upstream is unreachable",
   auto b = client->OpenDataset("recs");
   REQUIRE(b.ok());
   CHECK((*b)->version == (*a)->version);
+}
+
+TEST_CASE("a nested dataset name is served end to end through the Origin service", "[origin][names]") {
+  OriginFixture o;
+  auto train = MakeRecordsDataset(o.root.path(), "laion/train", 2, 40, 4096, OriginFixture::kChunk, 9);
+  REQUIRE(train.ok());
+  auto client = o.Client();
+  auto d = client->OpenDataset("laion/train");
+  REQUIRE(d.ok());
+  CHECK((*d)->name == "laion/train");
+  CHECK((*d)->version == (*train)->version);
+  auto r = ReadAll(*client, *d, 1, 0, 3);
+  REQUIRE(r.ok());
+  CHECK(*r == FileBytes(o.root / "laion/train/shard-00001.bin", 0, OriginFixture::kShardBytes));
+  auto idx = client->GetSampleIndex(*d, 0);
+  REQUIRE(idx.ok());
+  CHECK(*idx == *ReadFileToString(dataset::SampleIndexPath(o.root / "laion/train", 0)));
+  auto l = client->ListDatasets();
+  REQUIRE(l.ok());
+  REQUIRE(l->size() == 2);
+  CHECK((*l)[0].name() == "laion/train");
+  CHECK((*l)[1].name() == "recs");
+  CHECK(client->OpenDataset("laion").status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("a dataset re-indexed at the origin is seen by the next open; a dataset opened before keeps its version",
+          "[origin][reindex]") {
+  OriginFixture o;
+  // A node's stack: the cache tiers (memory only here) over a GrpcSource with the default
+  // revalidation interval.
+  upstream::GrpcSourceOptions co;
+  REQUIRE(co.manifest_ttl <= std::chrono::milliseconds(1000));
+  auto node = cache::CachedSource::Open(cache::CacheOptions(), o.Client(co));
+  REQUIRE(node.ok());
+  auto before = (*node)->OpenDataset("recs");
+  REQUIRE(before.ok());
+  REQUIRE((*before)->manifest.chunk_bytes() == OriginFixture::kChunk);
+
+  // shardctl index again, with half the chunk size: same shard files, a new manifest.
+  dataset::IndexOptions io;
+  io.record_bytes = 4096;
+  io.chunk_bytes = OriginFixture::kChunk / 2;
+  auto reindexed = dataset::IndexDirectory(o.root / "recs", io);
+  REQUIRE(reindexed.ok());
+  REQUIRE((*reindexed)->version != (*before)->version);
+
+  std::this_thread::sleep_for(co.manifest_ttl + std::chrono::milliseconds(100));
+  auto after = (*node)->OpenDataset("recs");
+  REQUIRE(after.ok());
+  CHECK((*after)->version == (*reindexed)->version);
+  CHECK((*after)->manifest.chunk_bytes() == OriginFixture::kChunk / 2);
+  CHECK((*before)->manifest.chunk_bytes() == OriginFixture::kChunk);
+
+  // The dataset opened before still reads — chunks in its own chunking and its sample
+  // indexes — though the origin now serves the new version (the old code: FailedPrecondition).
+  auto old_bytes = ReadAll(**node, *before, 0, 0, 3);
+  REQUIRE(old_bytes.ok());
+  CHECK(*old_bytes == FileBytes(o.ShardPath(0), 0, OriginFixture::kShardBytes));
+  CHECK((*node)->GetSampleIndex(*before, 1).ok());
+  auto new_bytes = ReadAll(**node, *after, 0, 0, 5);
+  REQUIRE(new_bytes.ok());
+  CHECK(*new_bytes == *old_bytes);
+}
+
+TEST_CASE("opens that arrive together share one manifest request", "[origin][reindex]") {
+  OriginFixture o({}, /*faulty=*/true);
+  upstream::GrpcSourceOptions co;
+  co.manifest_ttl = std::chrono::milliseconds(0);  // every open revalidates
+  auto client = o.Client(co);
+  o.faults->open_delay_ms = 300;
+  const int before = o.faults->open_calls.load();
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&] {
+      if (client->OpenDataset("recs").ok()) ok.fetch_add(1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(ok.load() == 16);
+  CHECK(o.faults->open_calls.load() - before == 1);
 }

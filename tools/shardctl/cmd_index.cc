@@ -82,7 +82,9 @@ const CommandRegistration kIndex(
                       "records: bytes per record (e.g. 4096, 8KiB)");
       sub->add_option("--chunk-bytes", a->chunk_bytes, "Chunk size (transfer/cache unit)")
           ->capture_default_str();
-      sub->add_option("--name", a->name, "Dataset name (default: the directory's basename)");
+      sub->add_option("--name", a->name,
+                      "Dataset name: DIR's path below the upstream root, or its last part "
+                      "(default: DIR's basename)");
       sub->add_option("--threads", a->threads, "Hashing threads (0 = all cores)")
           ->capture_default_str();
       return [a] { return RunIndex(*a); };

@@ -1,7 +1,11 @@
 // shardctl pack SRC_DIR OUT_DIR [--shard-bytes N] [--chunk-bytes N] [--name NAME]
-// Packs a tree of many small files into WebDataset tar shards in OUT_DIR and indexes them.
+//                               [--shuffle-seed N|none | --no-shuffle]
+// Packs a tree of many small files into WebDataset tar shards in OUT_DIR and indexes them;
+// samples are shuffled with a fixed seed unless told otherwise (see dataset/packer.h).
+#include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "common/units.h"
 #include "dataset/indexer.h"
@@ -18,8 +22,22 @@ struct PackArgs {
   std::string shard_bytes = "256MiB";
   std::string chunk_bytes = "4MiB";
   std::string name;
+  std::string shuffle_seed = std::to_string(dataset::kDefaultPackShuffleSeed);
+  bool no_shuffle = false;
   unsigned threads = 0;
 };
+
+// "none" or a decimal seed.
+Result<std::optional<uint64_t>> ParseShuffleSeed(const std::string& text) {
+  if (text == "none") return std::optional<uint64_t>();
+  uint64_t seed = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, seed);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    return InvalidArgument("--shuffle-seed '" + text + "' is neither a number nor 'none'");
+  }
+  return std::optional<uint64_t>(seed);
+}
 
 int RunPack(const PackArgs& a) {
   auto shard_bytes = ParseBytes(a.shard_bytes);
@@ -34,7 +52,13 @@ int RunPack(const PackArgs& a) {
     std::fprintf(stderr, "shardctl pack: --shard-bytes must be positive\n");
     return 2;
   }
+  auto seed = ParseShuffleSeed(a.shuffle_seed);
+  if (!seed.ok()) {
+    std::fprintf(stderr, "shardctl pack: %s\n", seed.status().message().c_str());
+    return 2;
+  }
   dataset::PackOptions o;
+  o.shuffle_seed = a.no_shuffle ? std::nullopt : *seed;
   o.shard_bytes = *shard_bytes;
   o.chunk_bytes = *chunk_bytes;
   o.name = a.name;
@@ -54,12 +78,14 @@ int RunPack(const PackArgs& a) {
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const v1::Manifest& m = r->dataset->manifest;
+  const std::string order =
+      o.shuffle_seed ? "shuffled with seed " + std::to_string(*o.shuffle_seed) : "in path order";
   std::printf("packed %llu files (%s) from %s into %d tar shards in %s (%s): dataset '%s' "
-              "version %s, %llu samples, %.2f s (%.0f files/s)\n",
+              "version %s, %llu samples %s, %.2f s (%.0f files/s)\n",
               static_cast<unsigned long long>(r->files), FormatBytes(r->file_bytes).c_str(),
               a.src.c_str(), m.shards_size(), a.out.c_str(), FormatBytes(m.total_bytes()).c_str(),
               m.name().c_str(), r->dataset->version.c_str(),
-              static_cast<unsigned long long>(m.total_samples()), secs,
+              static_cast<unsigned long long>(m.total_samples()), order.c_str(), secs,
               secs > 0 ? static_cast<double>(r->files) / secs : 0.0);
   return 0;
 }
@@ -75,7 +101,14 @@ const CommandRegistration kPack(
           ->capture_default_str();
       sub->add_option("--chunk-bytes", a->chunk_bytes, "Chunk size (transfer/cache unit)")
           ->capture_default_str();
-      sub->add_option("--name", a->name, "Dataset name (default: OUT_DIR's basename)");
+      sub->add_option("--name", a->name,
+                      "Dataset name: OUT_DIR's path below the upstream root, or its last part "
+                      "(default: OUT_DIR's basename)");
+      auto* seed = sub->add_option("--shuffle-seed", a->shuffle_seed,
+                                   "Shuffle the samples with this seed, or 'none' for path order")
+                       ->capture_default_str();
+      sub->add_flag("--no-shuffle", a->no_shuffle, "Samples in path order (= --shuffle-seed none)")
+          ->excludes(seed);
       sub->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str();
       return [a] { return RunPack(*a); };
     });
