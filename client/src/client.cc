@@ -316,6 +316,8 @@ std::optional<ByteView> Batch::field(size_t i, std::string_view name) const {
 Loader::~Loader() = default;
 
 Result<Batch> Loader::Next() {
+  // A forked child reading its parent's ring would take the very batches the parent takes.
+  if (core_->conn->Inherited()) return Connection::InheritedError();
   std::lock_guard<std::mutex> next_lock(core_->next_mu);
   LoaderCore& c = *core_;
   const uint64_t i = c.next_entry;

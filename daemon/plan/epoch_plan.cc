@@ -5,45 +5,10 @@
 #include <numeric>
 
 #include "common/hash.h"
+#include "common/random.h"
 
 namespace shardcache::plan {
 namespace {
-
-// splitmix64: a counter-based generator; the whole stream is a function of its seed.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Unbiased draw in [0, bound) (Lemire 2019). REQUIRES: bound > 0.
-  uint64_t Below(uint64_t bound) {
-    unsigned __int128 m = static_cast<unsigned __int128>(Next()) * bound;
-    uint64_t low = static_cast<uint64_t>(m);
-    if (low < bound) {
-      const uint64_t threshold = (0 - bound) % bound;
-      while (low < threshold) {
-        m = static_cast<unsigned __int128>(Next()) * bound;
-        low = static_cast<uint64_t>(m);
-      }
-    }
-    return static_cast<uint64_t>(m >> 64);
-  }
-
- private:
-  uint64_t state_;
-};
-
-template <typename T>
-void Shuffle(T* first, uint64_t count, SplitMix64& rng) {
-  for (uint64_t i = count; i > 1; --i) {
-    const uint64_t j = rng.Below(i);
-    std::swap(first[i - 1], first[j]);
-  }
-}
 
 // Distinct streams for the parts of one plan, so changing the window size does not change the
 // shard order.

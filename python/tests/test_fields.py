@@ -173,3 +173,14 @@ def test_items_from_workers_stay_intact_however_many_the_trainer_holds(socket_pa
         keys += item["__key__"]
     assert sorted(keys) == sorted(wds)
     assert len([k for k in _handoff._seen if k[0] == ds._handoff.uid]) <= 2 * _handoff.BUFFERS_PER_WORKER
+
+
+def test_a_nested_dataset_name_reads_end_to_end(socket_path, data_root):
+    ds = data_root / "laion" / "train"
+    subprocess.run([os.path.join(BIN, "sc_datagen"), "records", str(ds), "--shards", "2",
+                    "--records-per-shard", "50", "--record-bytes", "64"], check=True, stdout=subprocess.PIPE)
+    subprocess.run([os.path.join(BIN, "shardctl"), "index", str(ds), "--format", "records",
+                    "--record-bytes", "64", "--name", "laion/train"], check=True, stdout=subprocess.PIPE)
+    client = shardcache.Client(socket_path)
+    ids = [int(i) for b in client.loader("laion/train", batch_size=16) for i in b.sample_ids]
+    assert sorted(ids) == list(range(100))

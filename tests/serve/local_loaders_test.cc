@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "local_fixture.h"
+#include "testing/eventually.h"
 #include "testing/local_conn.h"
 
 using namespace shardcache;
@@ -281,6 +282,12 @@ TEST_CASE("a forked child (a DataLoader worker) cannot disturb its parent's conn
   REQUIRE(l.ok());
   auto first = (*l)->Next();
   REQUIRE(first.ok());
+  // Batches wait in the ring, which the child inherits too: it must not take them (the parent
+  // would read the same ones).
+  REQUIRE(testing::Eventually([&] {
+    auto st = (*l)->QueryState();
+    return st.ok() && st->samples_consumed > 10;
+  }));
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
