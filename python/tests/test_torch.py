@@ -183,3 +183,36 @@ def test_a_3_rank_gloo_ddp_job_with_drop_last_false_completes_2_epochs(socket_pa
     # ceil(800 / 3) = 267 samples per rank: 9 batches (the last of 11) for every rank, both epochs.
     for r, out in enumerate(outs):
         assert "steps %d [9, 9]" % r in out, out
+
+
+def test_a_state_saved_before_a_reindex_is_refused_naming_both_versions(socket_path, data_root):
+    """The issue's case: the dataset re-indexed at the origin with another chunk size (the same
+    samples, a new version) must not resume silently into a different plan."""
+    import shutil
+    ds_dir = data_root / "reindexed"
+    shutil.copytree(data_root / "tokens-v3", ds_dir, ignore=shutil.ignore_patterns(".shardcache"))
+
+    def index(chunk):
+        subprocess.run([os.path.join(os.environ["SHARDCACHE_BUILD_DIR"], "bin", "shardctl"), "index", str(ds_dir),
+                        "--format", "records", "--record-bytes", "256", "--chunk-bytes", str(chunk)],
+                       check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    index(16384)
+    ds = IterableDataset(socket_path, "reindexed", batch_size=10, shuffle="global")
+    dl = DataLoader(ds, num_workers=2)
+    for step, _ in enumerate(dl):
+        if step == 3:
+            break
+    state = dl.state_dict()
+    old = state["version"]
+    index(8192)
+    new = shardcache.Client(socket_path).loader("reindexed").version
+    assert new != old
+    ds2 = IterableDataset(socket_path, "reindexed", batch_size=10, shuffle="global")
+    ds2.load_state_dict(state)
+    with pytest.raises(shardcache.Error) as e:
+        for _ in DataLoader(ds2, num_workers=2):
+            pass
+    assert old in str(e.value) and new in str(e.value)
+    # Started afresh, the new version reads every sample once.
+    ds3 = IterableDataset(socket_path, "reindexed", batch_size=10, shuffle="global")
+    assert sorted(i for item in DataLoader(ds3, num_workers=2) for i in ids_of(item)) == list(range(N))
