@@ -201,6 +201,12 @@ void Daemon::Stop() {
     admin_->Stop();
     admin_.reset();
   }
+  // Trainers see the daemon go now (and their clients reconnect to its successor). Then nothing
+  // may wait on the upstream: a black-holed upstream would hold every batch assembly, warm job
+  // and Origin stream until its deadline (minutes), and with them the daemon, its index LOCK
+  // and its successor.
+  if (parts_->local) parts_->local->Disconnect();
+  if (parts_->serving != nullptr) parts_->serving->Shutdown();
   {
     std::lock_guard<std::mutex> lock(list_mu_);
     if (list_future_.valid()) list_future_.wait();

@@ -6,13 +6,17 @@
 // Exit codes: 0 clean stop (or --check passed), 1 failure at start or run time, 2 bad command
 // line or bad config — reported before anything is bound, every problem at once.
 //
-// Signals: SIGTERM / SIGINT stop gracefully; SIGHUP re-reads the config file (see Reload
+// Signals: SIGTERM / SIGINT stop gracefully and within kStopBound whatever the upstream does
+// (trainers' clients reconnect to the successor); SIGHUP re-reads the config file (see Reload
 // below). They are blocked in every thread and taken synchronously by the main loop with
 // sigtimedwait, which also paces the systemd watchdog pings.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -26,6 +30,24 @@
 namespace {
 
 using shardcache::config::Config;
+
+// A stop takes this long at most: Daemon::Stop cancels what waits on the upstream, and should
+// anything else hang, the process exits anyway — a crash-equivalent end the cache recovers from
+// (index entries are published only after their data is durable). Below systemd's
+// TimeoutStopSec and Kubernetes' grace period, and well below the 60 s a successor waits for
+// the index LOCK.
+constexpr auto kStopBound = std::chrono::seconds(25);
+
+// Ends the process if the stop has not finished by kStopBound.
+void ArmStopBound() {
+  std::thread([] {
+    std::this_thread::sleep_for(kStopBound);
+    spdlog::critical("stopping took longer than {} s; exiting now (the cache recovers as after a crash)",
+                     kStopBound.count());
+    spdlog::default_logger()->flush();
+    std::_Exit(1);
+  }).detach();
+}
 
 std::string Join(const std::vector<std::string>& v) {
   std::string out;
@@ -131,6 +153,7 @@ int main(int argc, char** argv) {
     // -1: timeout (EAGAIN) or EINTR; loop to ping and wait again.
   }
   notifier.Stopping();
+  ArmStopBound();
   daemon.Stop();
   spdlog::info("shardcached stopped");
   return 0;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "client/src/connection.h"
 #include "common/batch_ring.h"
 #include "common/sample_fields.h"
 #include "shardcache/local.pb.h"
@@ -22,161 +23,23 @@
 namespace shardcache {
 namespace client_internal {
 
-constexpr uint32_t kProtocolVersion = 5;
-constexpr uint32_t kMaxMessageBytes = 16u << 20;
-constexpr uint32_t kMaxUnsentReleases = 4;
-
-// One socket and one arena mapping.
-//
-// The daemon answers requests in order, one response each, except releases sent with
-// no_reply (protocol 4). Besides plain calls (send, wait for the answer) the connection queues
-// those releases: they are written together with the next call, or once kMaxUnsentReleases
-// wait. Every write wakes a daemon thread, and on a busy node that thread can take the CPU from
-// the trainer, so a trainer pays one wake-up per few batches instead of one per batch. With no
-// answers to releases, the only response in flight is the current call's, and a descriptor
-// that comes with it is that call's. Everything is serialized by mu.
-struct Connection {
-  int fd = -1;
-  pid_t owner = ::getpid();  // a forked child must not talk on its parent's socket
-  const uint8_t* arena = nullptr;
-  uint64_t arena_bytes = 0;
-  uint32_t slot_count = 0;
-  uint64_t slot_bytes = 0;
-
-  std::mutex mu;
-  bool broken = false;           // GUARDED_BY(mu): every call fails fast
-  std::string unsent;            // GUARDED_BY(mu): queued release frames
-  uint32_t unsent_releases = 0;  // GUARDED_BY(mu)
-  std::vector<uint8_t> in = std::vector<uint8_t>(64 << 10);  // GUARDED_BY(mu): read, not yet parsed
-  size_t in_begin = 0, in_end = 0;                            // GUARDED_BY(mu)
-
-  ~Connection() {
-    if (arena != nullptr) munmap(const_cast<uint8_t*>(arena), arena_bytes);
-    if (fd >= 0) close(fd);
-  }
-
-  // Sends req (after the queued releases) and reads its response; *received_fd gets a
-  // descriptor passed with it (or -1).
-  Status Call(const v1::LocalRequest& req, v1::LocalResponse* resp, int* received_fd = nullptr) {
-    if (Inherited()) return InheritedError();
-    std::lock_guard<std::mutex> l(mu);
-    if (broken) return Unavailable("connection to shardcached was lost");
-    AppendLocked(req);
-    Status send_error = FlushLocked();
-    // After a failed send, a response may still be waiting: a daemon that refuses a peer answers
-    // PermissionDenied before it closes, and that answer says more than EPIPE.
-    Status s = ReceiveLocked(resp, received_fd);
-    if (!send_error.ok() || !s.ok()) broken = true;
-    if (!s.ok()) return send_error.ok() ? s : send_error;
-    return StatusOf(*resp);
-  }
-
-  // Queues a ReleaseBatch (sent with no_reply: nothing to wait for, nothing to read).
-  void QueueRelease(const v1::LocalRequest& req) {
-    if (Inherited()) return;  // the parent releases its own batches
-    std::lock_guard<std::mutex> l(mu);
-    if (broken) return;
-    AppendLocked(req);
-    if (++unsent_releases >= kMaxUnsentReleases && !FlushLocked().ok()) broken = true;
-  }
-
-  // True in a child process made by fork(): its requests would interleave with the parent's on
-  // one socket.
-  bool Inherited() const { return ::getpid() != owner; }
-  static Status InheritedError() {
-    return FailedPrecondition("this shardcache connection was opened by another process (fork); "
-                              "connect a new Client in this process");
-  }
-
-  static Status StatusOf(const v1::LocalResponse& r) {
-    if (r.code() == 0) return Status::Ok();
-    return Status(static_cast<StatusCode>(r.code()), r.message());
-  }
-
- private:
-  void AppendLocked(const v1::LocalRequest& req) {
-    const size_t len = req.ByteSizeLong();
-    for (int i = 0; i < 4; ++i) unsent.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
-    unsent += req.SerializeAsString();
-  }
-
-  Status FlushLocked() {
-    size_t off = 0;
-    while (off < unsent.size()) {
-      ssize_t w = ::send(fd, unsent.data() + off, unsent.size() - off, MSG_NOSIGNAL);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return Unavailable(std::string("sending to shardcached: ") + std::strerror(errno));
-      off += static_cast<size_t>(w);
-    }
-    unsent.clear();
-    unsent_releases = 0;
-    return Status::Ok();
-  }
-
-  Status ReceiveLocked(v1::LocalResponse* resp, int* received_fd) {
-    if (received_fd) *received_fd = -1;
-    uint8_t hdr[4];
-    SC_RETURN_IF_ERROR(Receive(hdr, 4, received_fd));
-    const uint32_t rlen = uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 |
-                          uint32_t{hdr[3]} << 24;
-    if (rlen > kMaxMessageBytes) {
-      return DataLoss("shardcached sent a " + std::to_string(rlen) + "-byte response (limit " +
-                      std::to_string(kMaxMessageBytes) + ")");
-    }
-    std::string rbody(rlen, '\0');
-    if (rlen) SC_RETURN_IF_ERROR(Receive(reinterpret_cast<uint8_t*>(rbody.data()), rlen, received_fd));
-    if (!resp->ParseFromString(rbody)) return DataLoss("malformed response from shardcached");
-    return Status::Ok();
-  }
-
-  // Reads exactly n bytes, collecting a descriptor passed with SCM_RIGHTS. Reads the socket a
-  // buffer at a time: a response's length and body arrive together, and each read is a system
-  // call.
-  Status Receive(uint8_t* p, size_t n, int* received_fd) {
-    while (n > 0) {
-      if (in_begin == in_end) {
-        iovec iov{in.data(), in.size()};
-        msghdr msg{};
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-        msg.msg_control = control;
-        msg.msg_controllen = sizeof(control);
-        ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return Unavailable(std::string("reading from shardcached: ") + std::strerror(errno));
-        if (r == 0) return Unavailable("shardcached closed the connection");
-        for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-          if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-          const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-          for (size_t i = 0; i < count; ++i) {
-            int got;
-            std::memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-            if (received_fd && *received_fd < 0) {
-              *received_fd = got;
-            } else {
-              close(got);  // unexpected: never leak a descriptor
-            }
-          }
-        }
-        in_begin = 0;
-        in_end = static_cast<size_t>(r);
-      }
-      const size_t take = std::min(n, in_end - in_begin);
-      std::memcpy(p, in.data() + in_begin, take);
-      in_begin += take;
-      p += take;
-      n -= take;
-    }
-    return Status::Ok();
-  }
-};
-
 // The daemon-side loader stays open until the Loader and all its Batches are gone.
+//
+// A loader lives on one connection at a time. When the daemon drops it (a restart, an upgrade)
+// Next() reopens the loader on the Session's new connection at the batch after the last one it
+// returned, so the trainer sees the epoch go on after a pause, every sample once. Batches
+// already returned keep their old connection (their arena mapping stays valid) and release
+// nothing into the new daemon's slots.
 struct LoaderCore {
+  std::shared_ptr<Session> session;
+  LoaderOptions options;  // as the trainer opened it (state() reports these)
+  mutable std::mutex mu;
+  uint64_t consumed = 0;  // GUARDED_BY(mu): the rank's resume point after the last batch taken
+
+  // The rest is set by Open() and changed only under next_mu (one Next() at a time).
+  std::mutex next_mu;
   std::shared_ptr<Connection> conn;
   uint64_t id = 0;
-  LoaderOptions options;
   std::string version;
   uint64_t samples_per_epoch = 0;
   uint64_t loader_samples = 0;
@@ -185,23 +48,88 @@ struct LoaderCore {
   std::string format;
   std::string sample_dtype;
   uint32_t block_window_shards = 0;
+  uint64_t opened_at = 0;      // the rank position this daemon-side loader started at
+  uint64_t batches_taken = 0;  // batches Next() returned from it
   // The loader's batch ring (common/batch_ring.h), mapped read-only.
   const uint8_t* ring = nullptr;
   uint64_t ring_bytes = 0;
   uint32_t ring_entries = 0;
   uint32_t ring_max_samples = 0;
   uint64_t ring_stride = 0;
-  mutable std::mutex mu;
-  uint64_t consumed = 0;    // GUARDED_BY(mu): the rank's resume point after the last batch taken
-  std::mutex next_mu;       // one Next() at a time per loader
-  uint64_t next_entry = 0;  // GUARDED_BY(next_mu): the next ring entry to read
+  uint64_t next_entry = 0;  // the next ring entry to read
 
   ~LoaderCore() {
+    if (conn != nullptr && id != 0) {
+      v1::LocalRequest req;
+      req.mutable_close_loader()->set_loader_id(id);
+      v1::LocalResponse resp;
+      (void)conn->Call(req, &resp);  // a lost connection closed it already
+    }
+    UnmapRing();
+  }
+
+  // Opens the daemon-side loader of `o` on `on` and maps its ring (replacing an earlier one).
+  Status Open(const std::shared_ptr<Connection>& on, const LoaderOptions& o) {
     v1::LocalRequest req;
-    req.mutable_close_loader()->set_loader_id(id);
+    auto* r = req.mutable_open_loader();
+    r->set_dataset(o.dataset);
+    r->set_batch_size(o.batch_size);
+    r->set_seed(o.seed);
+    r->set_epoch(o.epoch);
+    r->set_shuffle(static_cast<v1::ShuffleMode>(o.shuffle));
+    r->set_rank(o.rank);
+    r->set_world_size(o.world_size);
+    r->set_drop_last(o.drop_last);
+    r->set_samples_consumed(o.samples_consumed);
+    r->set_job(o.job);
+    r->set_block_window_shards(o.block_window_shards);
+    r->set_batch_ring(true);
+    r->set_uneven(!o.pad);
+    r->set_start_position(o.start_position);
+    r->set_worker(o.worker);
+    r->set_num_workers(o.num_workers);
+    r->set_fields(o.fields);
+    r->set_expect_version(o.expect_version);
     v1::LocalResponse resp;
-    (void)conn->Call(req, &resp);  // a lost connection closed it already
+    int ring_fd = -1;
+    Status s = on->Call(req, &resp, &ring_fd);
+    if (!s.ok()) {
+      if (ring_fd >= 0) close(ring_fd);
+      return s.WithContext("opening a loader on '" + o.dataset + "'");
+    }
+    const auto& ol = resp.open_loader();
+    conn = on;
+    id = ol.loader_id();
+    version = ol.version();
+    samples_per_epoch = ol.samples_per_epoch();
+    loader_samples = ol.loader_samples();
+    dataset_samples = ol.dataset_samples();
+    record_bytes = ol.record_bytes();
+    format = ol.format();
+    sample_dtype = ol.sample_dtype();
+    block_window_shards = ol.block_window_shards();
+    opened_at = o.samples_consumed;
+    batches_taken = 0;
+    next_entry = 0;
+    UnmapRing();
+    return MapRing(ring_fd, ol);  // closes ring_fd; ~LoaderCore closes the loader
+  }
+
+  // After the daemon dropped the connection: the same loader on the Session's new connection,
+  // at the batch after the last one returned. A worker's loader reads every num_workers-th batch
+  // of the rank, so its next batch lies num_workers batches on per batch taken.
+  Status Reopen() {
+    SC_ASSIGN_OR_RETURN(auto fresh, session->Replace(conn));
+    LoaderOptions o = options;
+    o.samples_consumed = opened_at + batches_taken * std::max(1u, o.num_workers) * uint64_t{o.batch_size};
+    o.expect_version = version;                 // never continue an epoch on another version
+    o.block_window_shards = block_window_shards;  // nor on another plan
+    return Open(fresh, o).WithContext("resuming after shardcached restarted");
+  }
+
+  void UnmapRing() {
     if (ring != nullptr) munmap(const_cast<uint8_t*>(ring), ring_bytes);
+    ring = nullptr;
   }
 
   // Maps the ring passed with the OpenLoaderResponse and checks its header.
@@ -233,12 +161,16 @@ struct LoaderCore {
     }
     return Status::Ok();
   }
+
+  // One Next() on the current connection. REQUIRES: next_mu held.
+  Result<Batch> NextOnce(Batch b);
 };
 
 }  // namespace client_internal
 
 using client_internal::Connection;
 using client_internal::LoaderCore;
+using client_internal::Session;
 
 Result<Shuffle> ParseShuffle(const std::string& name) {
   if (name == "none") return Shuffle::kNone;
@@ -255,6 +187,8 @@ Batch& Batch::operator=(Batch&& o) noexcept {
   if (this != &o) {
     (void)Release();
     core_ = std::move(o.core_);
+    conn_ = std::move(o.conn_);
+    loader_id_ = o.loader_id_;
     slot_ = o.slot_;
     held_ = o.held_;
     data_ = o.data_;
@@ -280,10 +214,11 @@ Status Batch::Release() {
   if (!held_) return Status::Ok();
   held_ = false;
   v1::LocalRequest req;
-  req.mutable_release_batch()->set_loader_id(core_->id);
+  req.mutable_release_batch()->set_loader_id(loader_id_);
   req.mutable_release_batch()->set_slot(slot_);
   req.mutable_release_batch()->set_no_reply(true);
-  core_->conn->QueueRelease(req);
+  conn_->QueueRelease(req);  // nothing when that daemon is gone: its successor has other slots
+  conn_.reset();
   core_.reset();
   data_ = nullptr;
   ids_.clear();
@@ -316,10 +251,23 @@ std::optional<ByteView> Batch::field(size_t i, std::string_view name) const {
 Loader::~Loader() = default;
 
 Result<Batch> Loader::Next() {
+  std::lock_guard<std::mutex> next_lock(core_->next_mu);
   // A forked child reading its parent's ring would take the very batches the parent takes.
   if (core_->conn->Inherited()) return Connection::InheritedError();
-  std::lock_guard<std::mutex> next_lock(core_->next_mu);
-  LoaderCore& c = *core_;
+  // A daemon may go away again right after the first reconnect: a few rounds, each bounded by
+  // the session's reconnect timeout.
+  for (int round = 0;; ++round) {
+    Batch b;
+    b.core_ = core_;
+    Result<Batch> got = core_->NextOnce(std::move(b));
+    if (got.ok() || !core_->conn->Broken() || round == 3) return got;
+    Status reopened = core_->Reopen();
+    if (!reopened.ok()) return got.status().code() == StatusCode::kUnavailable ? reopened : got.status();
+  }
+}
+
+Result<Batch> LoaderCore::NextOnce(Batch b) {
+  LoaderCore& c = *this;
   const uint64_t i = c.next_entry;
   const auto& header = *reinterpret_cast<const batch_ring::RingHeader*>(c.ring);
   uint64_t published = header.published.load(std::memory_order_acquire);
@@ -361,7 +309,6 @@ Result<Batch> Loader::Next() {
   const uint64_t fields_bytes = e.fields_bytes;
   if (n > c.ring_max_samples) return DataLoss("shardcached sent an inconsistent batch description");
   const auto* samples = reinterpret_cast<const batch_ring::RingSample*>(at + sizeof(batch_ring::RingEntry));
-  Batch b;
   b.ids_.resize(n);
   b.offsets_.resize(n);
   b.lengths_.resize(n);
@@ -395,7 +342,9 @@ Result<Batch> Loader::Next() {
     }
   }
   c.next_entry = i + 1;
-  b.core_ = core_;
+  ++c.batches_taken;
+  b.conn_ = c.conn;
+  b.loader_id_ = c.id;
   b.slot_ = slot;
   b.held_ = true;
   b.data_ = slot_data;
@@ -423,9 +372,12 @@ LoaderState Loader::state() const {
 
 Result<LoaderState> Loader::QueryState() {
   v1::LocalRequest req;
-  req.mutable_loader_state()->set_loader_id(core_->id);
   v1::LocalResponse resp;
-  SC_RETURN_IF_ERROR(core_->conn->Call(req, &resp));
+  {
+    std::lock_guard<std::mutex> next_lock(core_->next_mu);
+    req.mutable_loader_state()->set_loader_id(core_->id);
+    SC_RETURN_IF_ERROR(core_->conn->Call(req, &resp));
+  }
   LoaderState s = state();
   s.epoch = resp.loader_state().epoch();
   s.samples_consumed = resp.loader_state().samples_consumed();
@@ -445,96 +397,27 @@ uint32_t Loader::ring_entries() const { return core_->ring_entries; }
 
 // ---- Client
 
-Result<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
-    return InvalidArgument("socket path '" + socket_path + "' is empty or too long");
-  }
-  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
-  auto conn = std::make_shared<Connection>();
-  conn->fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (conn->fd < 0) return Internal(std::string("socket: ") + std::strerror(errno));
-  if (::connect(conn->fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    const int err = errno;
-    if (err == EACCES || err == EPERM) {
-      return PermissionDenied("connecting to " + socket_path + ": " + std::strerror(err));
-    }
-    return Unavailable("connecting to shardcached at " + socket_path + ": " + std::strerror(err));
-  }
-  v1::LocalRequest req;
-  req.mutable_hello()->set_protocol_version(client_internal::kProtocolVersion);
-  v1::LocalResponse resp;
-  int arena_fd = -1;
-  Status s = conn->Call(req, &resp, &arena_fd);
-  if (!s.ok()) {
-    if (arena_fd >= 0) close(arena_fd);
-    return s.WithContext("hello to shardcached at " + socket_path);
-  }
-  if (arena_fd < 0) return DataLoss("shardcached did not pass the arena descriptor");
-  const auto& h = resp.hello();
-  if (h.slot_count() == 0 || h.slot_bytes() == 0 ||
-      h.slot_bytes() > h.arena_bytes() / h.slot_count()) {
-    close(arena_fd);
-    return DataLoss("shardcached described an inconsistent arena");
-  }
-  // Read-only: the trainer never writes batches; the daemon sealed the size.
-  void* p = mmap(nullptr, h.arena_bytes(), PROT_READ, MAP_SHARED, arena_fd, 0);
-  const int err = errno;
-  close(arena_fd);  // the mapping keeps the memory alive
-  if (p == MAP_FAILED) return Internal(std::string("mapping the batch arena: ") + std::strerror(err));
-  conn->arena = static_cast<const uint8_t*>(p);
-  conn->arena_bytes = h.arena_bytes();
-  conn->slot_count = h.slot_count();
-  conn->slot_bytes = h.slot_bytes();
-  return std::unique_ptr<Client>(new Client(std::move(conn)));
+Result<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path, const ClientOptions& options) {
+  SC_ASSIGN_OR_RETURN(auto conn, Connection::Open(socket_path));
+  return std::unique_ptr<Client>(
+      new Client(std::make_shared<client_internal::Session>(socket_path, options.reconnect_timeout_ms, std::move(conn))));
 }
 
 Client::~Client() = default;
 
 Result<std::unique_ptr<Loader>> Client::OpenLoader(const LoaderOptions& o) {
-  v1::LocalRequest req;
-  auto* r = req.mutable_open_loader();
-  r->set_dataset(o.dataset);
-  r->set_batch_size(o.batch_size);
-  r->set_seed(o.seed);
-  r->set_epoch(o.epoch);
-  r->set_shuffle(static_cast<v1::ShuffleMode>(o.shuffle));
-  r->set_rank(o.rank);
-  r->set_world_size(o.world_size);
-  r->set_drop_last(o.drop_last);
-  r->set_samples_consumed(o.samples_consumed);
-  r->set_job(o.job);
-  r->set_block_window_shards(o.block_window_shards);
-  r->set_batch_ring(true);
-  r->set_uneven(!o.pad);
-  r->set_start_position(o.start_position);
-  r->set_worker(o.worker);
-  r->set_num_workers(o.num_workers);
-  r->set_fields(o.fields);
-  r->set_expect_version(o.expect_version);
-  v1::LocalResponse resp;
-  int ring_fd = -1;
-  Status s = conn_->Call(req, &resp, &ring_fd);
-  if (!s.ok()) {
-    if (ring_fd >= 0) close(ring_fd);
-    return s.WithContext("opening a loader on '" + o.dataset + "'");
-  }
   auto core = std::make_shared<LoaderCore>();
-  core->conn = conn_;
-  core->id = resp.open_loader().loader_id();
+  core->session = session_;
   core->options = o;
-  core->version = resp.open_loader().version();
-  const auto& ol = resp.open_loader();
-  core->samples_per_epoch = ol.samples_per_epoch();
-  core->loader_samples = ol.loader_samples();
-  core->dataset_samples = ol.dataset_samples();
-  core->record_bytes = ol.record_bytes();
-  core->format = ol.format();
-  core->sample_dtype = ol.sample_dtype();
-  core->block_window_shards = ol.block_window_shards();
+  std::lock_guard<std::mutex> next_lock(core->next_mu);
+  std::shared_ptr<Connection> conn = session_->current();
+  Status s = core->Open(conn, o);
+  if (!s.ok() && conn->Broken()) {  // the daemon restarted since the last call: once more on its successor
+    SC_ASSIGN_OR_RETURN(conn, session_->Replace(conn));
+    s = core->Open(conn, o);
+  }
+  if (!s.ok()) return s;
   core->consumed = std::min(o.samples_consumed, core->samples_per_epoch);
-  SC_RETURN_IF_ERROR(core->MapRing(ring_fd, resp.open_loader()));  // closes ring_fd; ~LoaderCore closes the loader
   return std::unique_ptr<Loader>(new Loader(std::move(core)));
 }
 
@@ -542,13 +425,19 @@ Result<std::string> Client::Stats() {
   v1::LocalRequest req;
   req.mutable_stats();
   v1::LocalResponse resp;
-  SC_RETURN_IF_ERROR(conn_->Call(req, &resp));
+  std::shared_ptr<Connection> conn = session_->current();
+  Status s = conn->Call(req, &resp);
+  if (!s.ok() && conn->Broken()) {
+    SC_ASSIGN_OR_RETURN(conn, session_->Replace(conn));
+    s = conn->Call(req, &resp);
+  }
+  SC_RETURN_IF_ERROR(s);
   return resp.stats().json();
 }
 
-uint64_t Client::arena_bytes() const { return conn_->arena_bytes; }
-uint32_t Client::slot_count() const { return conn_->slot_count; }
-uint64_t Client::slot_bytes() const { return conn_->slot_bytes; }
-const uint8_t* Client::arena_data() const { return conn_->arena; }
+uint64_t Client::arena_bytes() const { return session_->current()->arena_bytes; }
+uint32_t Client::slot_count() const { return session_->current()->slot_count; }
+uint64_t Client::slot_bytes() const { return session_->current()->slot_bytes; }
+const uint8_t* Client::arena_data() const { return session_->current()->arena; }
 
 }  // namespace shardcache

@@ -84,6 +84,7 @@ class CachedSource final : public ChunkSource {
   bool ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shard,
                             std::span<const ChunkPiece> pieces, FetchPriority priority) override;
   bool Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count) override;
+  void Shutdown() override { upstream_->Shutdown(); }
 
   // Run-time changes (SIGHUP). Shrinking evicts at once while serving. Changing the NVMe size
   // of a cache opened with size 0 is not possible (FailedPrecondition): that needs a restart.

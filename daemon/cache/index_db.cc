@@ -3,7 +3,9 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
@@ -45,6 +47,11 @@ std::string EntryPrefix(uint32_t segment) {
   std::string k = "C";
   PutBe32(&k, segment);
   return k;
+}
+
+// RocksDB's refusal of a LOCK another process (or another handle here) holds.
+bool LockHeld(const rocksdb::Status& s) {
+  return s.IsIOError() && s.ToString().find("lock") != std::string::npos;
 }
 
 }  // namespace
@@ -90,6 +97,19 @@ Result<std::unique_ptr<IndexDb>> IndexDb::Open(const std::string& path, uint64_t
 
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &raw);
+  // A predecessor that is still stopping (a restart or a rolling update that overlaps it) holds
+  // the index's LOCK for a moment: wait for it instead of failing the start. It exits within
+  // its stop bound (shardcached: 30 s), so the wait is longer than that.
+  const auto give_up = std::chrono::steady_clock::now() + kLockWait;
+  for (bool logged = false; !s.ok() && LockHeld(s) && std::chrono::steady_clock::now() < give_up;) {
+    if (!logged) {
+      spdlog::warn("cache index {} is locked by another process (a shardcached still stopping?); waiting up to {} s",
+                   path, std::chrono::duration_cast<std::chrono::seconds>(kLockWait).count());
+      logged = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    s = rocksdb::DB::Open(options, path, &raw);
+  }
   if (!s.ok()) return FromRocks(s, "opening cache index " + path);
   std::unique_ptr<IndexDb> db(new IndexDb(path, raw));
 

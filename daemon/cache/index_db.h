@@ -21,6 +21,7 @@
 // Thread safety: RocksDB is thread-safe; IndexDb adds no state beyond the DB handle.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -91,8 +92,10 @@ struct EntryLocation {
 class IndexDb {
  public:
   // Opens (creating when missing) the RocksDB at `path`. FailedPrecondition when the stored
-  // format version differs; the error names the path.
+  // format version differs; the error names the path. While another process holds the
+  // index's LOCK, retries for up to kLockWait.
   static Result<std::unique_ptr<IndexDb>> Open(const std::string& path, uint64_t block_cache_bytes);
+  static constexpr std::chrono::seconds kLockWait{60};
   ~IndexDb();
 
   // Calls fn for every segment record, in id order.

@@ -177,14 +177,30 @@ Status LocalService::Start() {
   return Status::Ok();
 }
 
-void LocalService::Stop() {
-  if (!started_) return;
-  started_ = false;
+void LocalService::Disconnect() {
+  if (!started_ || disconnected_) return;
+  disconnected_ = true;
   uint64_t one = 1;
   (void)!::write(stop_event_.get(), &one, sizeof(one));
   accept_thread_.join();
   // Warm jobs first: a connection thread answering WarmDataset right now is refused from here on.
   StopWarmJobs();
+  std::lock_guard<std::mutex> l(mu_);
+  stopping_ = true;
+  for (auto& c : connections_) {
+    // The client sees the daemon go at once (and reconnects to its successor); nothing it is
+    // sent after this, such as the error of a read the stop cut short, reaches it.
+    ::shutdown(c->fd.get(), SHUT_RDWR);
+    std::lock_guard<std::mutex> cl(c->mu);
+    for (auto& [id, loader] : c->loaders) loader->Cancel();  // wakes a waiting NextBatch
+  }
+}
+
+void LocalService::Stop() {
+  if (!started_) return;
+  Disconnect();
+  started_ = false;
+  disconnected_ = false;
   if (observer_thread_.joinable()) {
     {
       std::lock_guard<std::mutex> l(observer_mu_);
@@ -196,12 +212,6 @@ void LocalService::Stop() {
   std::list<std::unique_ptr<Connection>> conns;
   {
     std::lock_guard<std::mutex> l(mu_);
-    stopping_ = true;
-    for (auto& c : connections_) {
-      ::shutdown(c->fd.get(), SHUT_RDWR);
-      std::lock_guard<std::mutex> cl(c->mu);
-      for (auto& [id, loader] : c->loaders) loader->Cancel();  // wakes a waiting NextBatch
-    }
     conns.swap(connections_);
   }
   for (auto& c : conns) c->thread.join();

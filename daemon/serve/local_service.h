@@ -150,7 +150,12 @@ class LocalService {
   // FailedPrecondition when another process serves the path or it is not a socket;
   // InvalidArgument for a path too long for sockaddr_un.
   Status Start();
-  // Stops accepting, disconnects every client (closing their loaders) and removes the socket.
+  // Stops accepting and shuts every client's socket down, so that clients see the daemon go
+  // at once (and reconnect to its successor) while loaders still finish; idempotent. Stop()
+  // does it first: calling it earlier lets the daemon cancel what loaders wait on (its
+  // upstream) without clients receiving the errors that causes.
+  void Disconnect();
+  // Disconnect(), then waits for every connection and loader to end and removes the socket.
   void Stop();
 
   const LocalServiceOptions& options() const { return options_; }
@@ -201,7 +206,8 @@ class LocalService {
   UniqueFd listen_fd_;
   UniqueFd stop_event_;  // eventfd that wakes the accept loop
   std::thread accept_thread_;
-  bool started_ = false;
+  bool started_ = false;       // Start/Disconnect/Stop run on one controlling thread
+  bool disconnected_ = false;
 
   mutable std::mutex mu_;
   std::list<std::unique_ptr<Connection>> connections_;  // GUARDED_BY(mu_)

@@ -105,6 +105,13 @@ class ChunkSource {
                                     std::span<const ChunkPiece> pieces, FetchPriority priority);
   virtual bool Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count);
 
+  // The daemon is stopping: reads waiting on a remote (a call in flight, a retry's backoff, a
+  // queued fetch) end now with Cancelled or Aborted, and later ones fail at once, so that
+  // whatever waits on them (batch assembly, warm jobs, Origin streams) ends within moments, not
+  // at its deadline. Idempotent; the object stays valid until destroyed. Tiers forward it to the
+  // source below; the default (local files) has nothing to cancel.
+  virtual void Shutdown() {}
+
   // Convenience: one chunk.
   Result<ChunkPtr> ReadChunk(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk,
                              const ReadOptions& options);

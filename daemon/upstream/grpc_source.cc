@@ -218,6 +218,11 @@ Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options
 }
 
 GrpcSource::~GrpcSource() {
+  Shutdown();
+  for (auto& w : workers_) w.join();
+}
+
+void GrpcSource::Shutdown() {
   std::deque<std::shared_ptr<FetchTask>> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -225,12 +230,12 @@ GrpcSource::~GrpcSource() {
     for (FetchTask* t : running_conn_) {
       if (t != nullptr) t->Cancel();
     }
+    for (grpc::ClientContext* ctx : unary_) ctx->TryCancel();
     dropped.swap(demand_);
     for (auto& t : prefetch_) dropped.push_back(std::move(t));
     prefetch_.clear();
   }
   cv_.notify_all();
-  for (auto& w : workers_) w.join();
   // Leaders that never ran publish Aborted to their waiters.
   for (auto& t : dropped) t->flights.clear();
 }
@@ -254,7 +259,16 @@ Status GrpcSource::UnaryWithRetries(const std::string& what, Call&& call) {
     grpc::ClientContext ctx;
     ctx.set_deadline(ToSystem(deadline));
     AddAuth(&ctx);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return Cancelled(Where() + ": " + what + ": shardcached is stopping");
+      unary_.insert(&ctx);  // Shutdown() cancels it
+    }
     last = FromGrpc(call(*connections_[0]->stub, &ctx));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      unary_.erase(&ctx);
+    }
     if (last.ok() || !Retryable(last.code())) break;
     if (attempt >= options_.max_retries || Clock::now() >= deadline) break;
     retries_.fetch_add(1);
@@ -363,6 +377,10 @@ Result<std::string> GrpcSource::GetSampleIndex(const DatasetPtr& d, uint32_t sha
 void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      task->flights.clear();  // no worker will run it: its waiters get Aborted now
+      return;
+    }
     if (running_ >= controller_.limit()) waited_.store(true);
     (task->priority == FetchPriority::kDemand ? demand_ : prefetch_).push_back(std::move(task));
   }

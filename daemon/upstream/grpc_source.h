@@ -42,6 +42,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -115,6 +116,9 @@ class GrpcSource final : public ChunkSource {
   Result<std::string> GetSampleIndex(const DatasetPtr& dataset, uint32_t shard) override;
   Status ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& options, const ChunkSink& sink) override;
+  // Cancels the streams and unary calls in flight, drops queued fetches (their waiters get
+  // Aborted) and refuses new ones; the workers exit.
+  void Shutdown() override;
 
   void SetBandwidth(uint64_t bytes_per_s) { bucket_.SetRate(bytes_per_s); }
 
@@ -179,6 +183,7 @@ class GrpcSource final : public ChunkSource {
   int running_ = 0;                                  // GUARDED_BY(mu_)
   std::atomic<bool> waited_{false};  // work waited for a slot since the controller last looked
   bool stopping_ = false;                            // GUARDED_BY(mu_)
+  std::set<grpc::ClientContext*> unary_;             // GUARDED_BY(mu_): unary calls in flight
   std::vector<std::thread> workers_;
 
   std::mutex manifest_mu_;

@@ -151,9 +151,11 @@ class Loader:
 class Client:
     """A connection to the node's shardcached; one per process (a forked child connects anew)."""
 
-    def __init__(self, socket_path: str = ...) -> None:
+    def __init__(self, socket_path: str = ..., reconnect_timeout_ms: int = 60000) -> None:
         """Connect and map the shared-memory arena; raises shardcache.Error (PermissionDenied,
-        Unavailable, FailedPrecondition for a daemon of another protocol version)."""
+        Unavailable, FailedPrecondition for a daemon of another protocol version). When the
+        daemon restarts, loaders continue on its successor at their position after a pause of
+        up to reconnect_timeout_ms (0: the loss raises Unavailable)."""
 
     def loader(self, dataset: str, batch_size: int = 32, seed: int = 0, epoch: int = 0, shuffle: str = "none",
                rank: int = 0, world_size: int = 1, drop_last: bool = False, block_window_shards: int = 0,

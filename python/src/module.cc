@@ -470,16 +470,18 @@ PYBIND11_MODULE(_shardcache, m) {
       .def("close", &PyLoader::close);
 
   py::class_<PyClient>(m, "Client")
-      .def(py::init([](const std::string& path) {
+      .def(py::init([](const std::string& path, uint32_t reconnect_timeout_ms) {
              Result<std::unique_ptr<Client>> c = Internal("");
+             ClientOptions o;
+             o.reconnect_timeout_ms = reconnect_timeout_ms;
              {
                py::gil_scoped_release nogil;
-               c = Client::Connect(path);
+               c = Client::Connect(path, o);
              }
              if (!c.ok()) Raise(c.status());
              return PyClient{std::shared_ptr<Client>(std::move(*c))};
            }),
-           py::arg("socket_path") = std::string(kDefaultSocketPath))
+           py::arg("socket_path") = std::string(kDefaultSocketPath), py::arg("reconnect_timeout_ms") = 60000)
       .def(
           "loader",
           [](PyClient& c, const std::string& dataset, uint32_t batch_size, uint64_t seed, uint64_t epoch,

@@ -216,3 +216,33 @@ def test_a_state_saved_before_a_reindex_is_refused_naming_both_versions(socket_p
     # Started afresh, the new version reads every sample once.
     ds3 = IterableDataset(socket_path, "reindexed", batch_size=10, shuffle="global")
     assert sorted(i for item in DataLoader(ds3, num_workers=2) for i in ids_of(item)) == list(range(N))
+
+
+def test_a_dataloader_with_workers_reads_through_a_daemon_killed_and_restarted(data_root, tmp_path):
+    """The node daemon killed with SIGKILL mid-epoch and started again: every worker's client
+    reconnects and the epoch goes on from where the trainer was, each sample once, in order."""
+    import signal
+    import time
+    sock = str(tmp_path / "restart.sock")
+
+    def start():
+        proc = subprocess.Popen([os.path.join(os.environ["SHARDCACHE_BUILD_DIR"], "bin", "local_serve_helper"),
+                                 str(data_root), sock, str(16 << 20), "16"], stdout=subprocess.PIPE)
+        assert proc.stdout.readline().strip() == b"ready"
+        return proc
+
+    daemon = start()
+    try:
+        ds = IterableDataset(sock, "tokens-v3", batch_size=10, seed=4, epoch=1, shuffle="global")
+        got = []
+        for step, item in enumerate(DataLoader(ds, num_workers=2)):
+            got += ids_of(item)
+            if step in (5, 40):
+                daemon.send_signal(signal.SIGKILL)
+                daemon.wait()
+                time.sleep(0.3)
+                daemon = start()
+        assert got == plan_order(sock, epoch=1)
+    finally:
+        daemon.kill()
+        daemon.wait()

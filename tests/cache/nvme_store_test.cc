@@ -204,3 +204,22 @@ TEST_CASE("nvme store: the byte budget is never exceeded while filling past it, 
                  << st.nvme.segment_allocated_bytes << " B, overhead (index + dirs) "
                  << du - st.nvme.segment_allocated_bytes << " B");
 }
+
+TEST_CASE("nvme store: a successor waits for the index LOCK its stopping predecessor still holds",
+          "[cache][nvme][restart]") {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/index";
+  auto first = IndexDb::Open(path, 1 << 20);
+  REQUIRE(first.ok());
+  // The predecessor lets go after 400 ms (it finished stopping); the successor started before.
+  std::thread stopping([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    first->reset();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto second = IndexDb::Open(path, 1 << 20);
+  stopping.join();
+  INFO((second.ok() ? "" : second.status().ToString()));
+  REQUIRE(second.ok());
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(300));
+}

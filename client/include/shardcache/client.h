@@ -135,6 +135,7 @@ struct Field {
 namespace client_internal {
 struct Connection;
 struct LoaderCore;
+class Session;
 }  // namespace client_internal
 namespace sample_fields {
 class FieldsView;
@@ -181,9 +182,12 @@ class Batch {
 
  private:
   friend class Loader;
+  friend struct client_internal::LoaderCore;
   Batch() = default;
 
-  std::shared_ptr<client_internal::LoaderCore> core_;
+  std::shared_ptr<client_internal::LoaderCore> core_;  // keeps the loader open while the batch lives
+  std::shared_ptr<client_internal::Connection> conn_;  // the connection (and arena) it came on
+  uint64_t loader_id_ = 0;
   uint32_t slot_ = 0;
   bool held_ = false;
   const uint8_t* data_ = nullptr;
@@ -207,7 +211,8 @@ class Loader {
   // The next batch of this rank in plan order. OutOfRange ("end of epoch") once the epoch is
   // done; ResourceExhausted when every arena slot is held by unreleased batches;
   // DeadlineExceeded when the data did not arrive within the timeout; Unavailable when the
-  // daemon went away.
+  // daemon went away and did not come back within ClientOptions::reconnect_timeout_ms (when it
+  // does, Next() continues the epoch on it after a pause).
   Result<Batch> Next();
 
   // Resume point, tracked locally: the samples Next() returned.
@@ -240,11 +245,21 @@ class Loader {
   std::shared_ptr<client_internal::LoaderCore> core_;
 };
 
+struct ClientOptions {
+  // When the daemon drops the connection (a restart, an upgrade, SIGTERM), keep trying to
+  // reconnect for this long; each open loader then continues at the batch after the last one
+  // Next() returned, on the same dataset version (FailedPrecondition if it changed), so the
+  // trainer sees a pause, not an error. 0 = never reconnect: the loss is Unavailable.
+  // Default: 60 s.
+  uint32_t reconnect_timeout_ms = 60000;
+};
+
 class Client {
  public:
   // Connects, checks the protocol version and maps the arena. PermissionDenied when the daemon
   // refuses this uid; Unavailable when nobody listens at socket_path.
-  static Result<std::unique_ptr<Client>> Connect(const std::string& socket_path = kDefaultSocketPath);
+  static Result<std::unique_ptr<Client>> Connect(const std::string& socket_path = kDefaultSocketPath,
+                                                 const ClientOptions& options = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -256,12 +271,13 @@ class Client {
   uint64_t arena_bytes() const;
   uint32_t slot_count() const;
   uint64_t slot_bytes() const;
-  // Start of the mapped arena (e.g. for cudaHostRegister once per connection).
+  // Start of the mapped arena (e.g. for cudaHostRegister once per connection). A reconnect
+  // maps a new arena: batches from before it stay in the old one.
   const uint8_t* arena_data() const;
 
  private:
-  explicit Client(std::shared_ptr<client_internal::Connection> conn) : conn_(std::move(conn)) {}
-  std::shared_ptr<client_internal::Connection> conn_;
+  explicit Client(std::shared_ptr<client_internal::Session> session) : session_(std::move(session)) {}
+  std::shared_ptr<client_internal::Session> session_;
 };
 
 }  // namespace shardcache

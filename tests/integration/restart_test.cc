@@ -1,0 +1,170 @@
+// Training survives the node daemon going away: real shardcached processes (an origin and a
+// node in front of it), trainers on the C++ client, the node stopped with SIGTERM and killed
+// with SIGKILL mid-epoch and started again on the same cache directory.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "dataset/manifest.h"
+#include "integration/daemons.h"
+#include "shardcache/client.h"
+#include "testing/datasets.h"
+#include "testing/eventually.h"
+
+using namespace shardcache;
+using namespace shardcache::testing;
+
+namespace {
+
+constexpr uint64_t kShards = 4, kPerShard = 500;
+
+struct Rank {
+  std::vector<uint64_t> ids;  // in the order Next() returned them
+  std::atomic<uint64_t> batches{0};
+  Status error;
+};
+
+// Reads one epoch of rank `r` of 2, checking every sample's bytes, resting between batches.
+void ReadEpoch(const std::string& socket, uint32_t r, uint64_t record_bytes, Rank* out) {
+  auto client = Client::Connect(socket);
+  if (!client.ok()) {
+    out->error = client.status();
+    return;
+  }
+  LoaderOptions o;
+  o.dataset = "rec";
+  o.batch_size = 8;
+  o.seed = 3;
+  o.shuffle = Shuffle::kGlobal;
+  o.rank = r;
+  o.world_size = 2;
+  auto loader = (*client)->OpenLoader(o);
+  if (!loader.ok()) {
+    out->error = loader.status();
+    return;
+  }
+  for (;;) {
+    auto b = (*loader)->Next();
+    if (!b.ok()) {
+      if (b.status().code() != StatusCode::kOutOfRange) out->error = b.status();
+      return;
+    }
+    for (size_t i = 0; i < b->size(); ++i) {
+      const uint64_t id = b->sample_id(i);
+      const std::string want = RecordBytes(1, static_cast<uint32_t>(id / kPerShard), id % kPerShard, record_bytes);
+      if (std::string(reinterpret_cast<const char*>(b->sample(i).data), b->sample(i).size) != want) {
+        out->error = DataLoss("sample " + std::to_string(id) + " has wrong bytes");
+        return;
+      }
+      out->ids.push_back(id);
+    }
+    ++out->batches;
+    std::this_thread::sleep_for(std::chrono::milliseconds(8));
+  }
+}
+
+// The rank's order as one uninterrupted loader on `socket` reads it.
+std::vector<uint64_t> PlanOrder(const std::string& socket, uint32_t r) {
+  Rank rank;
+  auto client = Client::Connect(socket);
+  REQUIRE(client.ok());
+  LoaderOptions o;
+  o.dataset = "rec";
+  o.batch_size = 8;
+  o.seed = 3;
+  o.shuffle = Shuffle::kGlobal;
+  o.rank = r;
+  o.world_size = 2;
+  auto loader = (*client)->OpenLoader(o);
+  REQUIRE(loader.ok());
+  std::vector<uint64_t> ids;
+  while (auto b = (*loader)->Next()) {
+    for (size_t i = 0; i < b->size(); ++i) ids.push_back(b->sample_id(i));
+  }
+  return ids;
+}
+
+struct Rig {
+  TempDir dir;
+  std::string root = dir / "data";
+  uint64_t record_bytes;
+  std::unique_ptr<Daemon> origin, node;
+
+  explicit Rig(uint64_t record) : record_bytes(record) {
+    REQUIRE(MakeDirs(root).ok());
+    REQUIRE(MakeRecordsDataset(root, "rec", kShards, kPerShard, record_bytes, 256 * 1024).ok());
+    origin = std::make_unique<Daemon>(dir, "origin", "file://" + root, 0);
+    origin->Start();
+    node = std::make_unique<Daemon>(dir, "node", origin->Url(), 512 << 20, 4 << 20, dir / "node.sock");
+    node->Start();
+  }
+};
+
+// Waits until both ranks read `more` batches beyond what they had.
+void WaitForProgress(Rank* ranks, uint64_t more) {
+  const uint64_t a = ranks[0].batches, b = ranks[1].batches;
+  REQUIRE(Eventually([&] { return ranks[0].batches >= a + more && ranks[1].batches >= b + more; },
+                     std::chrono::seconds(60)));
+}
+
+}  // namespace
+
+TEST_CASE("a 2-rank epoch read through two restarts of the node daemon (SIGTERM, then SIGKILL) "
+          "sees every sample exactly once, in the plan's order",
+          "[integration][restart]") {
+  Rig rig(1000);
+  const std::vector<uint64_t> want0 = PlanOrder(rig.node->socket, 0), want1 = PlanOrder(rig.node->socket, 1);
+  REQUIRE(want0.size() == 1000);
+  Rank ranks[2];
+  std::thread t0(ReadEpoch, rig.node->socket, 0, rig.record_bytes, &ranks[0]);
+  std::thread t1(ReadEpoch, rig.node->socket, 1, rig.record_bytes, &ranks[1]);
+
+  WaitForProgress(ranks, 10);
+  rig.node->proc->Signal(SIGTERM);
+  const auto t_term = std::chrono::steady_clock::now();
+  CHECK(rig.node->proc->Wait(std::chrono::seconds(30)) == 0);
+  CHECK(std::chrono::steady_clock::now() - t_term < std::chrono::seconds(30));
+  rig.node->Start();  // the same cache directory: its index LOCK must be free
+  WaitForProgress(ranks, 10);
+  rig.node->proc->Kill();
+  rig.node->Start();
+
+  t0.join();
+  t1.join();
+  INFO(LogTail(rig.node->log));
+  REQUIRE(ranks[0].error.ok());
+  REQUIRE(ranks[1].error.ok());
+  CHECK(ranks[0].ids == want0);
+  CHECK(ranks[1].ids == want1);
+}
+
+TEST_CASE("SIGTERM stops a node within 30 s while its upstream is a black hole, and its successor starts",
+          "[integration][restart]") {
+  // 128 MiB: more than the node fetches in the moment before the origin stops.
+  Rig rig(64 * 1024);
+  // A trainer reads cold data; then the origin stops answering (stopped, its sockets open): the
+  // node's fetches hang until their deadlines.
+  Rank ranks[2];
+  std::thread reader(ReadEpoch, rig.node->socket, 0, rig.record_bytes, &ranks[0]);
+  REQUIRE(Eventually([&] { return ranks[0].batches >= 1; }, std::chrono::seconds(30)));
+  rig.origin->proc->Signal(SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  rig.node->proc->Signal(SIGTERM);
+  const auto t_term = std::chrono::steady_clock::now();
+  const int code = rig.node->proc->Wait(std::chrono::seconds(35));
+  const auto took = std::chrono::steady_clock::now() - t_term;
+  INFO("node log:\n" << LogTail(rig.node->log));
+  CHECK(code != -1);
+  CHECK(took < std::chrono::seconds(30));
+  rig.node->Start();
+  rig.origin->proc->Signal(SIGCONT);
+  reader.join();
+  // The trainer continued on the successor: the whole epoch, every sample once.
+  REQUIRE(ranks[0].error.ok());
+  CHECK(ranks[0].ids == PlanOrder(rig.node->socket, 0));
+}
