@@ -52,6 +52,12 @@ bool ReadFull(int fd, void* buf, size_t n) {
   return true;
 }
 
+// True once the peer closed or shut down its end of the socket (poll, no wait).
+bool PeerGone(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 // Sends one framed message, with `pass_fd` attached (SCM_RIGHTS) when >= 0.
 Status SendFrame(int fd, const std::string& body, int pass_fd) {
   std::string frame(4, '\0');
@@ -167,6 +173,11 @@ Status LocalService::Start() {
     warm_stopping_ = false;
   }
   started_ = true;
+  {
+    std::lock_guard<std::mutex> l(retire_mu_);
+    reaper_stop_ = false;
+  }
+  reaper_thread_ = std::thread([this] { ReaperLoop(); });
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   if (options_.observer) {
     observer_stop_ = false;
@@ -216,6 +227,12 @@ void LocalService::Stop() {
   }
   for (auto& c : conns) c->thread.join();
   conns.clear();
+  {
+    std::lock_guard<std::mutex> l(retire_mu_);
+    reaper_stop_ = true;
+  }
+  retire_cv_.notify_all();
+  reaper_thread_.join();  // after the retired loaders' reads ended (the caller shut the source down)
   ConnectionsGauge()->Set(0);
   listen_fd_.Reset();
   ::unlink(options_.socket_path.c_str());
@@ -559,11 +576,14 @@ void LocalService::Serve(Connection* c) {
           s = NotFound("no open loader " + std::to_string(req.next_batch().loader_id()));
           break;
         }
-        const uint32_t timeout_ms =
-            req.next_batch().timeout_ms() ? req.next_batch().timeout_ms() : options_.next_timeout_ms;
+        const uint32_t timeout_ms = std::min(
+            kMaxNextTimeoutMs, req.next_batch().timeout_ms() ? req.next_batch().timeout_ms() : options_.next_timeout_ms);
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+        // A client that goes away while it waits frees its loaders and slots at once, not when
+        // its timeout ends.
+        const auto gone = [fd] { return PeerGone(fd); };
         if (req.next_batch().ring()) {
-          auto w = it->second->WaitPublished(req.next_batch().ring_index(), deadline);
+          auto w = it->second->WaitPublished(req.next_batch().ring_index(), deadline, gone);
           if (!w.ok()) {
             s = w.status();
             break;
@@ -574,7 +594,7 @@ void LocalService::Serve(Connection* c) {
           r->set_wait_us(w->wait_us);
           break;
         }
-        auto d = it->second->Next(deadline);
+        auto d = it->second->Next(deadline, gone);
         if (!d.ok()) {
           s = d.status();
           break;
@@ -660,22 +680,44 @@ void LocalService::Serve(Connection* c) {
     if (!SendResponse(fd, resp, pass_fd).ok()) break;
   }
 disconnect:
-  // Loaders first (their threads write into the arena), then the arena itself.
-  std::map<uint64_t, std::unique_ptr<LoaderPipeline>> loaders;
-  std::unique_ptr<Arena> arena;
+  Retired gone;
   {
     std::lock_guard<std::mutex> l(c->mu);
-    loaders.swap(c->loaders);
+    gone.loaders.swap(c->loaders);
+    gone.arena = std::move(c->arena);
   }
-  loaders.clear();
+  for (auto& [id, loader] : gone.loaders) loader->Cancel();
+  Retire(std::move(gone));
   {
-    std::lock_guard<std::mutex> l(c->mu);
-    arena = std::move(c->arena);
+    // Disconnect() shuts client sockets down under mu_: never while this one closes (the number
+    // could already name another file).
+    std::lock_guard<std::mutex> l(mu_);
+    c->fd.Reset();
   }
-  arena.reset();
-  c->fd.Reset();
   spdlog::debug("local client disconnected: {}", who);
   c->done.store(true);
+}
+
+void LocalService::Retire(Retired r) {
+  {
+    std::lock_guard<std::mutex> l(retire_mu_);
+    retired_.push_back(std::move(r));
+  }
+  retire_cv_.notify_all();
+}
+
+void LocalService::ReaperLoop() {
+  std::unique_lock<std::mutex> l(retire_mu_);
+  for (;;) {
+    retire_cv_.wait(l, [&] { return reaper_stop_ || !retired_.empty(); });
+    if (retired_.empty()) return;  // stopping, and nothing left
+    Retired r = std::move(retired_.front());
+    l.unlock();
+    r.loaders.clear();  // loaders first: their reads write into the arena
+    r.arena.reset();
+    l.lock();
+    retired_.pop_front();
+  }
 }
 
 Status LocalService::StartWarm(const std::string& dataset, v1::WarmDatasetResponse* r) {
@@ -777,8 +819,12 @@ size_t LocalService::connection_count() const {
 }
 
 size_t LocalService::loader_count() const {
-  std::lock_guard<std::mutex> l(mu_);
   size_t n = 0;
+  {
+    std::lock_guard<std::mutex> l(retire_mu_);
+    for (const Retired& r : retired_) n += r.loaders.size();
+  }
+  std::lock_guard<std::mutex> l(mu_);
   for (const auto& c : connections_) {
     std::lock_guard<std::mutex> cl(c->mu);
     n += c->loaders.size();

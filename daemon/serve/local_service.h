@@ -50,6 +50,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -93,6 +94,8 @@ uint32_t RingEntriesFor(uint32_t max_slots, uint32_t batch_size);
 // OpenLoader faults in the front of every arena slot that the loader's batches fill (see
 // Arena::PrefaultFronts), up to this much of the arena in all.
 constexpr uint64_t kOpenPrefaultBytes = 256ull << 20;
+// Longest a NextBatch may wait for its batch, whatever timeout the client asks for.
+constexpr uint32_t kMaxNextTimeoutMs = 10 * 60 * 1000;
 // Largest request or response frame. A NextBatchResponse of 100k samples is ~3 MiB.
 constexpr uint32_t kMaxLocalMessageBytes = 16u << 20;
 
@@ -162,7 +165,8 @@ class LocalService {
   // Changes the warm-read lookahead of every loader, open or future (SIGHUP reload).
   void SetPrefetchLookaheadBytes(uint64_t bytes) { lookahead_bytes_.store(bytes); }
   uint64_t prefetch_lookahead_bytes() const { return lookahead_bytes_.load(); }
-  // Live connections / open loaders / arena slots in use, over all clients.
+  // Live connections / open loaders (also those of gone clients not yet torn down) / arena
+  // slots in use, over all clients.
   size_t connection_count() const;
   size_t loader_count() const;
   uint32_t slots_in_use() const;
@@ -230,6 +234,22 @@ class LocalService {
   std::map<std::string, PlanUse> plan_uses_;  // GUARDED_BY(observer_mu_)
   bool observer_stop_ = false;                // GUARDED_BY(observer_mu_)
   std::thread observer_thread_;
+
+  // The loaders of clients that went away, with the arena they write into, are torn down by
+  // the reaper thread, not the connection's: a loader waits for its reads in flight, which may
+  // wait on the upstream until their deadline, and the connection (its thread, socket and
+  // arena slots) must go at once.
+  struct Retired {
+    std::map<uint64_t, std::unique_ptr<LoaderPipeline>> loaders;
+    std::unique_ptr<Arena> arena;
+  };
+  void Retire(Retired r);
+  void ReaperLoop();
+  mutable std::mutex retire_mu_;
+  std::condition_variable retire_cv_;
+  std::deque<Retired> retired_;  // GUARDED_BY(retire_mu_)
+  bool reaper_stop_ = false;     // GUARDED_BY(retire_mu_)
+  std::thread reaper_thread_;
 
   // Warm jobs by id: the running ones and the last kKeptWarmJobs finished ones.
   mutable std::mutex warm_mu_;

@@ -353,7 +353,8 @@ bool LoaderPipeline::SendWarm(const WarmRun& r) {
                             [from = assembled_from_, last = r.last_needed_at] { return from->load() <= last; });
 }
 
-Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock::time_point deadline) {
+Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock::time_point deadline,
+                                                       const ClientGone& gone) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> l(mu_);
   if (ring_) return FailedPrecondition("loader " + std::to_string(id_) + " delivers through its batch ring");
@@ -378,13 +379,13 @@ Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock
       return d;
     }
     if (std::chrono::steady_clock::now() >= deadline) return NotReadyLocked();
-    // Bounded waits: a slot freed elsewhere wakes the arena's waiters, not this cv.
-    cv_.wait_until(l, std::min(deadline, std::chrono::steady_clock::now() + kIdlePoll));
+    SC_RETURN_IF_ERROR(WaitLocked(l, deadline, gone));
   }
 }
 
 Result<LoaderPipeline::RingWait> LoaderPipeline::WaitPublished(uint64_t index,
-                                                                std::chrono::steady_clock::time_point deadline) {
+                                                                std::chrono::steady_clock::time_point deadline,
+                                                                const ClientGone& gone) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> l(mu_);
   if (!ring_) return FailedPrecondition("loader " + std::to_string(id_) + " has no batch ring");
@@ -411,8 +412,17 @@ Result<LoaderPipeline::RingWait> LoaderPipeline::WaitPublished(uint64_t index,
       return w;
     }
     if (std::chrono::steady_clock::now() >= deadline) return NotReadyLocked();
-    cv_.wait_until(l, std::min(deadline, std::chrono::steady_clock::now() + kIdlePoll));
+    SC_RETURN_IF_ERROR(WaitLocked(l, deadline, gone));
   }
+}
+
+Status LoaderPipeline::WaitLocked(std::unique_lock<std::mutex>& l, std::chrono::steady_clock::time_point deadline,
+                                  const ClientGone& gone) {
+  // Bounded waits: a slot freed elsewhere wakes the arena's waiters, not this cv, and a client
+  // that went away wakes nobody.
+  cv_.wait_until(l, std::min(deadline, std::chrono::steady_clock::now() + kIdlePoll));
+  if (gone && gone()) return Cancelled("the client of loader " + std::to_string(id_) + " went away while it waited");
+  return Status::Ok();
 }
 
 Status LoaderPipeline::NotReadyLocked() const {

@@ -100,8 +100,10 @@ class LoaderPipeline {
   // this rank was delivered. ResourceExhausted at once when every arena slot is held and none by
   // this loader (the client must release batches first: waiting could never succeed);
   // DeadlineExceeded when the data is not ready by `deadline` (the batch stays queued); a read
-  // error is returned once, and the batch is retried on the next call.
-  Result<Delivered> Next(std::chrono::steady_clock::time_point deadline);
+  // error is returned once, and the batch is retried on the next call. Cancelled as soon as
+  // `gone` (asked every kIdlePoll while waiting) says the client went away.
+  using ClientGone = std::function<bool()>;
+  Result<Delivered> Next(std::chrono::steady_clock::time_point deadline, const ClientGone& gone = {});
 
   // With a ring: waits until ring entry `index` is published. end_of_epoch once every sample of
   // this rank was published and `index` is past the last batch; InvalidArgument for an index
@@ -113,7 +115,8 @@ class LoaderPipeline {
     uint64_t published = 0;  // entries published when the wait ended
     uint64_t wait_us = 0;
   };
-  Result<RingWait> WaitPublished(uint64_t index, std::chrono::steady_clock::time_point deadline);
+  Result<RingWait> WaitPublished(uint64_t index, std::chrono::steady_clock::time_point deadline,
+                                 const ClientGone& gone = {});
   // The client released one of this loader's slots: a batch waiting for ring room is published.
   void OnReleased();
   // The ring batches are published into; null without one.
@@ -153,6 +156,10 @@ class LoaderPipeline {
   // REQUIRES: mu_ held. DeadlineExceeded for a batch that is not ready, saying why when no slot
   // is free for it.
   Status NotReadyLocked() const;
+  // REQUIRES: mu_ held. Waits (mu_ released) until woken, `deadline` or kIdlePoll; Cancelled
+  // when the client is gone or the loader stopped.
+  Status WaitLocked(std::unique_lock<std::mutex>& l, std::chrono::steady_clock::time_point deadline,
+                    const ClientGone& gone);
 
   const uint64_t id_;
   Arena& arena_;

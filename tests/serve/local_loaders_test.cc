@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <map>
 #include <set>
 
@@ -14,6 +16,7 @@
 
 #include "local_fixture.h"
 #include "testing/eventually.h"
+#include "testing/forwarding_source.h"
 #include "testing/local_conn.h"
 
 using namespace shardcache;
@@ -318,4 +321,63 @@ TEST_CASE("a forked child (a DataLoader worker) cannot disturb its parent's conn
     samples += b->size();
   }
   REQUIRE(samples == 1000);
+}
+
+namespace {
+
+// A source whose chunk reads hang until the test lets them go (an upstream that stopped
+// answering).
+class HangingSource final : public testing::ForwardingSource {
+ public:
+  using ForwardingSource::ForwardingSource;
+  ~HangingSource() override { LetGo(); }
+  Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count, const ReadOptions& o,
+                    const ChunkSink& sink) override {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return released_; });
+    return Unavailable("the hanging source was let go");
+  }
+  void LetGo() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("a client that goes away while it waits in NextBatch frees its loaders and slots within 2 s",
+          "[serve][integration]") {
+  Fixture f;
+  HangingSource hanging(*f.files);
+  serve::LocalService svc(hanging, f.Options());
+  REQUIRE(svc.Start().ok());
+  {
+    testing::LocalConn conn(f.socket);
+    conn.Hello(5);
+    conn.OpenLoader("rec", 8, true);
+    // Wait for ring entry 0 with a day's timeout (the daemon caps it at 10 minutes): the read
+    // never comes back.
+    v1::LocalRequest req;
+    req.mutable_next_batch()->set_loader_id(1);
+    req.mutable_next_batch()->set_timeout_ms(24u * 3600 * 1000);
+    req.mutable_next_batch()->set_ring(true);
+    conn.Send(req);
+    REQUIRE(testing::Eventually([&] { return svc.loader_count() == 1; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }  // the client goes away
+  const auto t0 = std::chrono::steady_clock::now();
+  // Its assemblies are stuck in the source: the loader goes once they are let go, but the
+  // connection, its waiting thread and the arena go now.
+  REQUIRE(testing::Eventually([&] { return svc.connection_count() == 0; }, std::chrono::seconds(2)));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  hanging.LetGo();
+  REQUIRE(testing::Eventually([&] { return svc.loader_count() == 0 && svc.slots_in_use() == 0; }));
 }
