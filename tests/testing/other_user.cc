@@ -1,5 +1,7 @@
 #include "testing/other_user.h"
 
+#include <grp.h>
+#include <pwd.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -37,6 +39,26 @@ std::vector<std::string> ProgramsForOtherUsers::As(uid_t uid, gid_t gid, const s
   argv.insert(argv.end(), {"env", "LD_LIBRARY_PATH=" + dir_.path(), Path(name)});
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
+}
+
+RemovesCreatedIdentities::RemovesCreatedIdentities(const std::vector<std::string>& users,
+                                                   const std::vector<std::string>& groups) {
+  for (const auto& u : users) {
+    if (getpwnam(u.c_str()) == nullptr) users_.push_back(u);
+  }
+  for (const auto& g : groups) {
+    if (getgrnam(g.c_str()) == nullptr) groups_.push_back(g);
+  }
+}
+
+RemovesCreatedIdentities::~RemovesCreatedIdentities() {
+  // Users first: userdel also removes a user's own group.
+  for (const auto& u : users_) {
+    if (getpwnam(u.c_str()) != nullptr) RunCommand("userdel " + u + " 2>&1");
+  }
+  for (const auto& g : groups_) {
+    if (getgrnam(g.c_str()) != nullptr) RunCommand("groupdel " + g + " 2>&1");
+  }
 }
 
 std::string ShellCommand(const std::vector<std::string>& argv) {

@@ -31,6 +31,20 @@ class ProgramsForOtherUsers {
   TempDir dir_;
 };
 
+// Tests that create system users and groups (systemd-sysusers, a package's postinst) leave the
+// machine as they found it: the named ones missing at construction are deleted (userdel,
+// groupdel) at destruction if they exist by then.
+class RemovesCreatedIdentities {
+ public:
+  RemovesCreatedIdentities(const std::vector<std::string>& users, const std::vector<std::string>& groups);
+  ~RemovesCreatedIdentities();
+  RemovesCreatedIdentities(const RemovesCreatedIdentities&) = delete;
+  RemovesCreatedIdentities& operator=(const RemovesCreatedIdentities&) = delete;
+
+ private:
+  std::vector<std::string> users_, groups_;  // missing at construction
+};
+
 // `argv` joined into one shell command line (each word single-quoted).
 std::string ShellCommand(const std::vector<std::string>& argv);
 
