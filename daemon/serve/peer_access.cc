@@ -58,7 +58,8 @@ std::optional<std::string> UserName(uid_t uid) {
   return name;
 }
 
-// How many uids this process's user namespace maps (4294967295 in the initial namespace).
+// How many uids this process's user namespace maps (4294967295 in the initial namespace; 0 when
+// /proc does not say).
 uint64_t MappedUids() {
   std::ifstream in("/proc/self/uid_map");
   uint64_t inside = 0, outside = 0, count = 0, total = 0;
@@ -121,7 +122,7 @@ std::vector<gid_t> GroupsFromDatabase(uid_t uid, gid_t gid) {
 PeerAccess::PeerAccess(const PeerAccessOptions& o)
     : self_(geteuid()), allow_root_and_self_(o.allow_root_and_self), uids_(o.allowed_uids), gids_(o.allowed_gids) {
   const uint64_t mapped_uids = MappedUids();
-  hides_peers_ = mapped_uids < 4294967295ull;
+  hides_peers_ = mapped_uids > 0 && mapped_uids < 4294967295ull;
   std::vector<std::string> allowed;
   if (allow_root_and_self_) allowed.push_back(self_ == 0 ? "root" : "root and uid " + std::to_string(self_));
   if (!uids_.empty()) allowed.push_back("uids " + JoinIds(uids_));
