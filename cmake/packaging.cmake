@@ -8,10 +8,13 @@
 # Layout (Debian paths; the install prefix is /usr):
 #   /usr/bin/shardcached, /usr/bin/shardctl
 #   /lib/systemd/system/shardcached.service
-#   /usr/lib/sysusers.d/shardcache.conf        system user `shardcache`
+#   /usr/lib/sysusers.d/shardcache.conf        system user `shardcache`, trainer group
+#                                              `shardcache-users`
 #   /etc/shardcache/shardcached.toml           conffile (dpkg keeps local edits on upgrade)
-#   /usr/share/doc/shardcache/                 README, example config, optional unit drop-ins
-# Maintainer scripts live in deploy/debian/.
+#   /usr/lib/<multiarch>/libshardcache.so.*    client library (ldconfig trigger)
+#   /usr/share/doc/shardcache/                 copyright, changelog.gz, README, example config,
+#                                              optional unit drop-ins
+# Maintainer scripts, triggers, copyright and changelog live in deploy/debian/.
 include(GNUInstallDirs)
 
 install(TARGETS shardcached shardctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT daemon)
@@ -23,7 +26,15 @@ install(FILES ${PROJECT_SOURCE_DIR}/config/shardcached.toml
   DESTINATION /etc/shardcache COMPONENT daemon)
 install(FILES ${PROJECT_SOURCE_DIR}/config/shardcached.toml
   ${PROJECT_SOURCE_DIR}/deploy/systemd/gpu-metrics.conf ${PROJECT_SOURCE_DIR}/README.md
+  ${PROJECT_SOURCE_DIR}/deploy/debian/copyright
   DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT daemon)
+# Debian policy 12.7: the changelog as changelog.gz, compressed with gzip -9n (no name or
+# time stamp, so the package builds reproducibly).
+add_custom_command(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/changelog.gz
+  COMMAND sh -c "gzip -9nc '${PROJECT_SOURCE_DIR}/deploy/debian/changelog' > '${CMAKE_CURRENT_BINARY_DIR}/changelog.gz'"
+  DEPENDS ${PROJECT_SOURCE_DIR}/deploy/debian/changelog VERBATIM)
+add_custom_target(debian_changelog ALL DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/changelog.gz)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/changelog.gz DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT daemon)
 
 set(CPACK_PACKAGE_NAME "shardcache")
 set(CPACK_PACKAGE_VENDOR "shardcache")
@@ -40,12 +51,16 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_LIBRARY_OUTPUT_DIRECTORY})
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser")
+# A shlibs file, so that programs built against libshardcache depend on this package.
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 set(CPACK_DEBIAN_COMPRESSION_TYPE "gzip")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
   ${PROJECT_SOURCE_DIR}/deploy/debian/conffiles
   ${PROJECT_SOURCE_DIR}/deploy/debian/postinst
   ${PROJECT_SOURCE_DIR}/deploy/debian/prerm
-  ${PROJECT_SOURCE_DIR}/deploy/debian/postrm)
+  ${PROJECT_SOURCE_DIR}/deploy/debian/postrm
+  ${PROJECT_SOURCE_DIR}/deploy/debian/triggers)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 set(CPACK_GENERATOR "DEB")
 include(CPack)

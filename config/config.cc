@@ -137,6 +137,28 @@ std::optional<std::vector<uint32_t>> ReadIdList(const toml::node& n, const std::
   return out;
 }
 
+// An array of group names, as /etc/group spells them.
+std::optional<std::vector<std::string>> ReadGroupNames(const toml::node& n, const std::string& key, Problems& p) {
+  const toml::array* a = n.as_array();
+  if (a == nullptr) {
+    p.Add(key, "expected an array of group names, got " + TypeName(n), &n);
+    return std::nullopt;
+  }
+  std::vector<std::string> out;
+  bool ok = true;
+  for (size_t i = 0; i < a->size(); ++i) {
+    const std::string item_key = key + "[" + std::to_string(i) + "]";
+    auto v = ReadString(*a->get(i), item_key, p);
+    if (v && (v->empty() || v->find_first_of(": \t\n,") != std::string::npos)) {
+      p.Add(item_key, Quote(*v) + " is not a group name", a->get(i));
+      v.reset();
+    }
+    if (v) out.push_back(*v); else ok = false;
+  }
+  if (!ok) return std::nullopt;
+  return out;
+}
+
 // "host:port" or "[v6]:port", port 1..65535.
 std::optional<std::string> CheckHostPort(const std::string& s) {
   const size_t colon = s.rfind(':');
@@ -367,6 +389,11 @@ const std::vector<KeySpec>& Specs() {
           if (auto v = ReadIdList(n, k, p)) c.local.allowed_uids = *v;
         },
         SC_SAME(local.allowed_uids));
+    add("local.allowed_groups", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadGroupNames(n, k, p)) c.local.allowed_groups = *v;
+        },
+        SC_SAME(local.allowed_groups));
     add("local.allowed_gids", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadIdList(n, k, p)) c.local.allowed_gids = *v;
@@ -385,6 +412,11 @@ const std::vector<KeySpec>& Specs() {
           if (auto v = ReadCount(n, k, p, 1, 4096)) c.local.slots = *v;
         },
         SC_SAME(local.slots));
+    add("local.max_connections", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadCount(n, k, p, 1, 65536)) c.local.max_connections = *v;
+        },
+        SC_SAME(local.max_connections));
     return s;
   }();
   return specs;
@@ -520,6 +552,11 @@ Result<Upstream> ParseUpstream(const std::string& uri) {
   if (auto bad = CheckHostPort(rest)) return InvalidArgument(*bad + kForms);
   u.target = rest;
   return u;
+}
+
+uint64_t BufferMemoryBytes(const Config& c) {
+  const uint64_t arenas = c.listen.socket.empty() ? 0 : uint64_t{c.local.max_connections} * c.local.arena_size_bytes;
+  return c.cache.memory_size_bytes + arenas;
 }
 
 Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {

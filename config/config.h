@@ -99,10 +99,14 @@ struct Config {
   } log;
 
   struct Local {
-    std::vector<uint32_t> allowed_uids;  // peers allowed on listen.socket (SO_PEERCRED)
-    std::vector<uint32_t> allowed_gids;  // both empty = only the daemon's own uid and root
+    // Peers allowed on listen.socket (SO_PEERCRED, SO_PEERGROUPS): by uid, or by any of their
+    // groups; all empty = only the daemon's own uid and root.
+    std::vector<uint32_t> allowed_uids;
+    std::vector<std::string> allowed_groups = {"shardcache-users"};  // names, resolved at start
+    std::vector<uint32_t> allowed_gids;
     uint64_t arena_size_bytes = 512ull << 20;  // shared-memory arena per client
     uint32_t slots = 16;                     // batch slots per arena
+    uint32_t max_connections = 256;          // trainer connections at once; more are refused
     bool operator==(const Local&) const = default;
   } local;
 
@@ -132,6 +136,12 @@ struct ConfigDiff {
   bool empty() const { return reloadable.empty() && not_reloadable.empty(); }
 };
 ConfigDiff ReloadableDiff(const Config& running, const Config& loaded);
+
+// The most memory the buffers this config sizes can take: the DRAM tier plus a full arena for
+// every allowed trainer connection when listen.socket is on (arena pages count against the
+// daemon, which writes them).
+// The daemon's working memory (index, threads, fetches in flight) comes on top.
+uint64_t BufferMemoryBytes(const Config& c);
 
 // "30s", "500ms", "2m", "1h", or an integer number of seconds.
 Result<std::chrono::milliseconds> ParseDuration(const std::string& text);

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/units.h"
+#include "common/version.h"
 #include "daemon/admin/admin_server.h"
 #include "daemon/cache/cached_source.h"
 #include "daemon/serve/grpc_server.h"
@@ -145,6 +146,8 @@ Status Daemon::StartLocal() {
   o.socket_path = config_.listen.socket;
   o.allowed_uids = config_.local.allowed_uids;
   o.allowed_gids = config_.local.allowed_gids;
+  o.allowed_groups = config_.local.allowed_groups;
+  o.max_connections = config_.local.max_connections;
   o.arena_bytes = config_.local.arena_size_bytes;
   o.slot_count = config_.local.slots;
   o.prefetch_lookahead_bytes = LoaderLookahead(config_);
@@ -278,7 +281,7 @@ std::string Daemon::StatusJson() const {
   const bool is_ready = ready();
   j["health"] = is_ready ? "ok" : "starting";
   j["ready"] = is_ready;
-  j["version"] = "0.1.0";
+  j["version"] = Version();
   j["pid"] = static_cast<int64_t>(getpid());
   j["uptime_seconds"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();

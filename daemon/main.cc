@@ -2,6 +2,7 @@
 // tier, GPU node); the config file decides which (see config/shardcached.toml).
 //
 //   shardcached --config /etc/shardcache/shardcached.toml [--check]
+//   shardcached --version
 //
 // Exit codes: 0 clean stop (or --check passed), 1 failure at start or run time, 2 bad command
 // line or bad config — reported before anything is bound, every problem at once.
@@ -23,6 +24,8 @@
 
 #include "common/log.h"
 #include "common/malloc_tuning.h"
+#include "common/units.h"
+#include "common/version.h"
 #include "config/config.h"
 #include "daemon/admin/systemd_notifier.h"
 #include "daemon/daemon.h"
@@ -84,9 +87,11 @@ int main(int argc, char** argv) {
   CLI::App app{"shardcached — node-local caching daemon for remote training datasets"};
   std::string config_path;
   bool check_only = false;
+  app.set_version_flag("--version", std::string("shardcached ") + shardcache::Version());
   app.add_option("-c,--config", config_path, "TOML config file (e.g. /etc/shardcache/shardcached.toml)")
       ->required();
-  app.add_flag("--check", check_only, "validate the config, print every problem, and exit (0 ok, 2 bad)");
+  app.add_flag("--check", check_only,
+               "validate the config, print every problem (exit 2) or the memory its buffers may take (exit 0)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -101,6 +106,16 @@ int main(int argc, char** argv) {
   }
   if (check_only) {
     std::printf("%s: OK (upstream %s)\n", config_path.c_str(), loaded->upstream.c_str());
+    // What a container's memory limit must exceed (deploy/k8s sizes its limits from this line).
+    const auto& c = *loaded;
+    const uint64_t buffers = shardcache::config::BufferMemoryBytes(c);
+    const std::string arenas = c.listen.socket.empty()
+                                   ? "no trainer arenas (listen.socket is off)"
+                                   : "local.max_connections " + std::to_string(c.local.max_connections) +
+                                         " x local.arena_size " + shardcache::FormatBytes(c.local.arena_size_bytes);
+    std::printf("buffer memory: up to %s (%llu bytes) = cache.memory_size %s + %s; working memory comes on top\n",
+                shardcache::FormatBytes(buffers).c_str(), static_cast<unsigned long long>(buffers),
+                shardcache::FormatBytes(c.cache.memory_size_bytes).c_str(), arenas.c_str());
     return 0;
   }
   if (auto s = shardcache::SetupLogging(loaded->log.level); !s.ok()) {

@@ -17,7 +17,7 @@ PACKAGES=(
   # fuzzing (libFuzzer ships with clang)
   clang libclang-rt-14-dev
   # tests and benchmarks: peers, link emulation, operations
-  nginx-light curl aria2 fio openssl python3 systemd prometheus dpkg-dev file procps
+  nginx-light curl aria2 fio openssl python3 python3-yaml systemd prometheus dpkg-dev file procps
 )
 
 missing=()

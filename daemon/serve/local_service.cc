@@ -121,18 +121,12 @@ struct LocalService::Connection {
 LocalService::LocalService(ChunkSource& source, LocalServiceOptions options)
     : source_(source),
       options_(std::move(options)),
+      access_(PeerAccessOptions{options_.allowed_uids, options_.allowed_gids, options_.allowed_groups,
+                                options_.allow_root_and_self}),
       assembler_(source, options_.assembler),
       lookahead_bytes_(options_.prefetch_lookahead_bytes) {}
 
 LocalService::~LocalService() { Stop(); }
-
-bool LocalService::PeerAllowed(uid_t uid, gid_t gid) const {
-  if (options_.allow_root_and_self && (uid == 0 || uid == geteuid())) return true;
-  return std::find(options_.allowed_uids.begin(), options_.allowed_uids.end(), uid) !=
-             options_.allowed_uids.end() ||
-         std::find(options_.allowed_gids.begin(), options_.allowed_gids.end(), gid) !=
-             options_.allowed_gids.end();
-}
 
 Status LocalService::Start() {
   if (started_) return FailedPrecondition("local service already started");
@@ -277,21 +271,19 @@ void LocalService::AcceptLoop() {
       SC_LOG_RATE_LIMITED(spdlog::level::warn, "local service accept failed: {}", std::strerror(errno));
       continue;
     }
-    ucred cred{};
-    socklen_t len = sizeof(cred);
-    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      SC_LOG_RATE_LIMITED(spdlog::level::warn, "SO_PEERCRED failed: {}", std::strerror(errno));
+    auto peer = ReadPeerCredentials(fd.get());
+    if (!peer.ok()) {
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "local connection without peer credentials: {}",
+                          peer.status().ToString());
       continue;
     }
+    const PeerCredentials& cred = *peer;
     v1::LocalResponse refusal;
-    if (!PeerAllowed(cred.uid, cred.gid)) {
+    if (Status allowed = access_.Check(cred); !allowed.ok()) {
       RefusedCounter()->Add();
-      SC_LOG_RATE_LIMITED(spdlog::level::warn,
-                          "refusing local connection from pid {} uid {} gid {}: not in allowed uids/gids",
-                          cred.pid, cred.uid, cred.gid);
-      SetError(&refusal, PermissionDenied("uid " + std::to_string(cred.uid) + " gid " +
-                                          std::to_string(cred.gid) +
-                                          " is not allowed to use this shardcached"));
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "refusing local connection from pid {}: {}", cred.pid,
+                          allowed.message());
+      SetError(&refusal, allowed);
       (void)SendResponse(fd.get(), refusal);
       continue;  // closes fd
     }

@@ -4,9 +4,10 @@
 // LocalResponse per request, in order. A length above kMaxLocalMessageBytes, a malformed
 // message or an unknown request closes the connection with a log line.
 //
-// Access: on accept, the peer's credentials (SO_PEERCRED) are checked against the allowed uids
-// and gids BEFORE anything else happens; a refused peer gets one LocalResponse with code
-// PermissionDenied and the connection is closed — no file descriptor is ever sent to it.
+// Access: on accept, the peer's credentials (SO_PEERCRED, SO_PEERGROUPS) are checked against the
+// allowed uids and groups (peer_access.h) BEFORE anything else happens; a refused peer gets one
+// LocalResponse with code PermissionDenied and the connection is closed — no file descriptor is
+// ever sent to it.
 //
 // Data plane: Hello creates the connection's Arena (a sealed memfd, see arena.h) and sends its
 // descriptor with SCM_RIGHTS. Each OpenLoader starts a LoaderPipeline (prefetcher.h) that
@@ -63,6 +64,7 @@
 #include "common/status.h"
 #include "daemon/plan/epoch_plan.h"
 #include "daemon/serve/batch_assembler.h"
+#include "daemon/serve/peer_access.h"
 #include "daemon/serve/prefetcher.h"
 #include "daemon/serve/warm_job.h"
 #include "daemon/source/chunk_source.h"
@@ -108,10 +110,12 @@ struct LocalServiceOptions {
   // Default: 0666.
   uint32_t socket_mode = 0666;
   // Peers allowed to connect: root and the daemon's own effective uid (unless
-  // allow_root_and_self is false), plus any peer whose uid is in allowed_uids or whose primary
-  // gid is in allowed_gids.
+  // allow_root_and_self is false), plus any peer whose uid is in allowed_uids or any of whose
+  // groups, primary or supplementary, is in allowed_gids or named in allowed_groups (resolved
+  // when the service is constructed; see peer_access.h).
   std::vector<uint32_t> allowed_uids;
   std::vector<uint32_t> allowed_gids;
+  std::vector<std::string> allowed_groups;
   // Default: true. False leaves exactly the lists above (tests use it to refuse root).
   bool allow_root_and_self = true;
   // Shared-memory arena per client connection, split into slot_count equal slots; one batch
@@ -182,7 +186,6 @@ class LocalService {
   struct Connection;
   void AcceptLoop();
   void Serve(Connection* c);
-  bool PeerAllowed(uid_t uid, gid_t gid) const;
   Result<std::shared_ptr<SampleLocator>> LocatorFor(const DatasetPtr& dataset);
   Result<std::shared_ptr<const plan::EpochPlan>> PlanFor(const DatasetPtr& dataset,
                                                          const plan::PlanOptions& o);
@@ -203,6 +206,7 @@ class LocalService {
 
   ChunkSource& source_;
   const LocalServiceOptions options_;
+  const PeerAccess access_;
   BatchAssembler assembler_;
   std::atomic<uint64_t> next_loader_id_{1};
   std::atomic<uint64_t> lookahead_bytes_;

@@ -38,8 +38,10 @@ TEST_CASE("trainers build against the installed library with pkg-config and CMak
   std::string listing = Run("find " + prefix + "/include -type f | sort");
   REQUIRE(listing.find("local.pb.h") == std::string::npos);
 
-  const std::string pc = "PKG_CONFIG_PATH=" + prefix + "/lib/pkgconfig pkg-config";
-  const std::string rpath = " -Wl,-rpath," + prefix + "/lib";
+  // lib/<multiarch triplet> on Debian (GNUInstallDirs, see the top CMakeLists.txt).
+  const std::string libdir = prefix + "/" + SC_INSTALL_LIBDIR;
+  const std::string pc = "PKG_CONFIG_PATH=" + libdir + "/pkgconfig pkg-config";
+  const std::string rpath = " -Wl,-rpath," + libdir;
   Run("g++ -std=c++17 -o " + tmp.path() + "/trainer_cc " + src + "/trainer.cc $(" + pc +
       " --cflags --libs shardcache)" + rpath);
   Run("gcc -std=c99 -o " + tmp.path() + "/trainer_c " + src + "/trainer.c $(" + pc +
@@ -47,7 +49,7 @@ TEST_CASE("trainers build against the installed library with pkg-config and CMak
   Run("cmake -S " + src + " -B " + tmp.path() + "/cmake-build -DCMAKE_PREFIX_PATH=" + prefix +
       " >/dev/null && cmake --build " + tmp.path() + "/cmake-build");
   // The installed library needs protobuf-lite only.
-  const std::string deps = Run("ldd " + prefix + "/lib/libshardcache.so");
+  const std::string deps = Run("ldd " + libdir + "/libshardcache.so");
   REQUIRE(deps.find("grpc") == std::string::npos);
   REQUIRE(deps.find("rocksdb") == std::string::npos);
   REQUIRE(deps.find("libprotobuf.so") == std::string::npos);

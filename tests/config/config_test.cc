@@ -150,6 +150,37 @@ token_file = "/nonexistent"
   CHECK(m.find("auth.token: set either auth.token or auth.token_file, not both") != std::string::npos);
 }
 
+TEST_CASE("trainers are allowed by group name, the package's trainer group by default", "[config]") {
+  auto d = ParseConfig("upstream = \"file:///d\"\n");
+  REQUIRE(d.ok());
+  CHECK(d->local.allowed_groups == std::vector<std::string>{"shardcache-users"});
+  auto c = ParseConfig("upstream = \"file:///d\"\n[local]\nallowed_groups = [\"ml\", \"video-team\"]\n");
+  REQUIRE(c.ok());
+  CHECK(c->local.allowed_groups == std::vector<std::string>{"ml", "video-team"});
+  auto bad = ParseConfig("upstream = \"file:///d\"\n[local]\nallowed_groups = [\"a:b\", 7]\n");
+  REQUIRE_FALSE(bad.ok());
+  INFO(bad.status().message());
+  CHECK(bad.status().message().find("local.allowed_groups[0]: 'a:b' is not a group name") != std::string::npos);
+  CHECK(bad.status().message().find("local.allowed_groups[1]: expected a string, got an integer") != std::string::npos);
+}
+
+TEST_CASE("buffer memory is the DRAM tier plus an arena per allowed connection, none without a socket",
+          "[config]") {
+  auto c = ParseConfig(R"(
+upstream = "file:///d"
+[cache]
+memory_size = "8GiB"
+[local]
+arena_size = "256MiB"
+max_connections = 48
+)");
+  REQUIRE(c.ok());
+  CHECK(BufferMemoryBytes(*c) == (8ull << 30) + 48 * (256ull << 20));
+  c->listen.socket.clear();
+  CHECK(BufferMemoryBytes(*c) == 8ull << 30);
+  CHECK_FALSE(ParseConfig("upstream = \"file:///d\"\n[local]\nmax_connections = 0\n").ok());
+}
+
 TEST_CASE("a TOML syntax error names the line", "[config]") {
   auto c = ParseConfig("upstream = \"file:///d\"\n[cache\nsize = 1\n", "broken.toml");
   REQUIRE_FALSE(c.ok());

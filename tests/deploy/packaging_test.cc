@@ -1,12 +1,15 @@
 // The Debian package: `cpack -G DEB` from the build tree into a temporary directory, unpacked
-// with `dpkg -x` into a scratch root, layout and control files checked. Also: the Kubernetes
-// manifest parses and shares the socket directory with trainer pods.
+// with `dpkg -x` into a scratch root, layout and control files checked; and [slow], installed
+// for real with dpkg and purged with a file system mounted at the cache directory.
+#include <sys/mount.h>
+
 #include <filesystem>
 #include <regex>
 
 #include <catch2/catch.hpp>
 
 #include "common/fs.h"
+#include "testing/other_user.h"
 #include "testing/process.h"
 #include "testing/temp_dir.h"
 
@@ -25,9 +28,17 @@ std::string FindFile(const std::string& root, const std::regex& name) {
 
 bool Executable(const std::string& p) { return access(p.c_str(), X_OK) == 0; }
 
-TEST_CASE("cpack builds a .deb with programs, unit, conffile, user creation and the client SDK",
-          "[deploy][package]") {
-  TempDir out;
+std::string Output(const std::string& command) {
+  std::string out;
+  const int rc = RunCommand(command + " 2>&1", &out);
+  INFO(command << "\n" << out);
+  REQUIRE(rc == 0);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+// Builds the package into `out`; returns the .deb's path.
+std::string BuildDeb(const TempDir& out) {
   std::string log;
   const int rc = RunCommand(std::string("cd ") + SC_BINARY_DIR + " && cpack -G DEB -B " + out.path() +
                             " --config " + SC_BINARY_DIR + "/CPackConfig.cmake", &log);
@@ -37,6 +48,14 @@ TEST_CASE("cpack builds a .deb with programs, unit, conffile, user creation and 
   REQUIRE_FALSE(deb.empty());
   std::printf("package: %s (%.1f MiB)\n", fs::path(deb).filename().c_str(),
               static_cast<double>(fs::file_size(deb)) / (1 << 20));
+  return deb;
+}
+
+TEST_CASE("cpack builds a .deb with programs, unit, conffile, user creation and the client SDK",
+          "[deploy][package]") {
+  TempDir out;
+  std::string log;
+  const std::string deb = BuildDeb(out);
 
   const std::string root = out / "root", control = out / "control";
   REQUIRE(RunCommand("dpkg -x " + deb + " " + root, &log) == 0);
@@ -50,14 +69,26 @@ TEST_CASE("cpack builds a .deb with programs, unit, conffile, user creation and 
   CHECK(fs::exists(root + "/usr/lib/sysusers.d/shardcache.conf"));
   CHECK(fs::exists(root + "/usr/share/doc/shardcache/gpu-metrics.conf"));
   CHECK(fs::exists(root + "/usr/share/doc/shardcache/README.md"));
+  // The package's trainer group, created with the service user.
+  auto sysusers = ReadFileToString(root + "/usr/lib/sysusers.d/shardcache.conf");
+  REQUIRE(sysusers.ok());
+  CHECK(std::regex_search(*sysusers, std::regex(R"(^g shardcache-users )", std::regex::multiline)));
   auto conffiles = ReadFileToString(control + "/conffiles");
   REQUIRE(conffiles.ok());
   CHECK(conffiles->find("/etc/shardcache/shardcached.toml") != std::string::npos);
   auto postinst = ReadFileToString(control + "/postinst");
   REQUIRE(postinst.ok());
   CHECK(postinst->find("adduser --system") != std::string::npos);
-  CHECK(Executable(control + "/postinst"));
-  CHECK(RunCommand("sh -n " + control + "/postinst") == 0);
+  CHECK(postinst->find("addgroup --system shardcache-users") != std::string::npos);
+  for (const char* script : {"postinst", "prerm", "postrm"}) {
+    INFO(script);
+    CHECK(Executable(control + "/" + script));
+    CHECK(RunCommand("sh -n " + control + "/" + script) == 0);
+  }
+  // The linker cache is refreshed when the library comes and goes.
+  auto triggers = ReadFileToString(control + "/triggers");
+  REQUIRE(triggers.ok());
+  CHECK(std::regex_search(*triggers, std::regex(R"(^activate-noawait ldconfig$)", std::regex::multiline)));
   auto ctl = ReadFileToString(control + "/control");
   REQUIRE(ctl.ok());
   INFO(*ctl);
@@ -65,11 +96,24 @@ TEST_CASE("cpack builds a .deb with programs, unit, conffile, user creation and 
   CHECK(ctl->find("libgrpc++") != std::string::npos);
   CHECK(ctl->find("liburing") != std::string::npos);
 
-  // The client SDK for trainers: library, headers, pkg-config and CMake package files.
-  CHECK_FALSE(FindFile(root + "/usr/lib", std::regex(R"(libshardcache\.so.*)")).empty());
+  // Debian policy: copyright and the changelog, whose top entry is the package's version.
+  const std::string doc = root + "/usr/share/doc/shardcache";
+  auto copyright = ReadFileToString(doc + "/copyright");
+  REQUIRE(copyright.ok());
+  CHECK(copyright->rfind("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/", 0) == 0);
+  const std::string version = Output("dpkg-deb -f " + deb + " Version");
+  CHECK(version == Output("zcat " + doc + "/changelog.gz | dpkg-parsechangelog -l - -S Version"));
+  // Both programs report that version.
+  CHECK(Output(root + "/usr/bin/shardcached --version") == "shardcached " + version);
+  CHECK(Output(root + "/usr/bin/shardctl --version") == "shardctl " + version);
+
+  // The client SDK for trainers: library (in the multiarch directory), headers, pkg-config and
+  // CMake package files.
+  const std::string libdir = root + "/usr/lib/" + Output("dpkg-architecture -qDEB_HOST_MULTIARCH");
+  CHECK(fs::exists(libdir + "/libshardcache.so.0"));
+  CHECK(fs::exists(libdir + "/pkgconfig/shardcache.pc"));
   CHECK(fs::exists(root + "/usr/include/shardcache/client.h"));
-  CHECK_FALSE(FindFile(root + "/usr/lib", std::regex(R"(shardcache\.pc)")).empty());
-  CHECK_FALSE(FindFile(root + "/usr/lib", std::regex(R"(shardcacheConfig\.cmake)")).empty());
+  CHECK(fs::exists(libdir + "/cmake/shardcache/shardcacheConfig.cmake"));
   // The Python module, where Debian's python3 looks for it.
   const std::string py = root + "/usr/lib/python3/dist-packages/shardcache";
   CHECK(fs::exists(py + "/__init__.py"));
@@ -83,36 +127,69 @@ TEST_CASE("cpack builds a .deb with programs, unit, conffile, user creation and 
   INFO(check);
 }
 
-TEST_CASE("the Kubernetes DaemonSet shares the socket directory and mounts the cache from the host",
-          "[deploy][k8s]") {
-  const std::string manifest = std::string(SC_SOURCE_DIR) + "/deploy/k8s/daemonset.yaml";
-  // Parse every document with PyYAML (Debian's python3) and check the volumes and probes.
-  const std::string script =
-      "import sys, yaml\n"
-      "docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]\n"
-      "kinds = {d['kind'] for d in docs}\n"
-      "assert {'DaemonSet', 'ConfigMap'} <= kinds, kinds\n"
-      "ds = next(d for d in docs if d['kind'] == 'DaemonSet')\n"
-      "pod = ds['spec']['template']['spec']\n"
-      "vols = {v['name']: v for v in pod['volumes']}\n"
-      "paths = {v['hostPath']['path'] for v in vols.values() if 'hostPath' in v}\n"
-      "assert '/run/shardcache' in paths and '/var/cache/shardcache' in paths, paths\n"
-      "c = pod['containers'][0]\n"
-      "mounts = {m['mountPath'] for m in c['volumeMounts']}\n"
-      "assert {'/run/shardcache', '/var/cache/shardcache', '/etc/shardcache'} <= mounts, mounts\n"
-      "assert c['readinessProbe']['httpGet']['path'] == '/ready'\n"
-      "cm = next(d for d in docs if d['kind'] == 'ConfigMap')\n"
-      "open(sys.argv[2], 'w').write(cm['data']['shardcached.toml'])\n"
-      "print('ok')\n";
-  TempDir dir;
-  REQUIRE(WriteFileAtomic(dir / "check.py", script).ok());
+// Undoes what installing the package did, whatever the test got to: unmounts the file system
+// over the cache directory, purges the package, deletes the users and groups it created.
+class InstalledPackage {
+ public:
+  InstalledPackage() : identities_({"shardcache"}, {"shardcache", "shardcache-users"}) {}
+  ~InstalledPackage() {
+    if (mounted_) ::umount2(kCacheDir, MNT_DETACH);
+    RunCommand("dpkg --purge shardcache >/dev/null 2>&1");
+    ::rmdir(kCacheDir);
+  }
+  void Mounted() { mounted_ = true; }
+  static constexpr const char* kCacheDir = "/var/cache/shardcache";
+
+ private:
+  RemovesCreatedIdentities identities_;
+  bool mounted_ = false;
+};
+
+std::string PackageStatus() {
   std::string out;
-  CHECK(RunCommand("/usr/bin/python3 " + (dir / "check.py") + " " + manifest + " " + (dir / "k8s.toml"), &out) == 0);
-  INFO(out);
-  // The config shipped in the ConfigMap is valid for the daemon.
-  out.clear();
-  CHECK(RunCommand(BinPath("shardcached") + " --check --config " + (dir / "k8s.toml"), &out) == 0);
-  INFO(out);
+  RunCommand("dpkg-query -W -f='${Status}' shardcache 2>/dev/null", &out);
+  return out;
+}
+
+TEST_CASE("purge succeeds with a file system mounted at the cache directory, and empties it",
+          "[deploy][package][slow]") {
+  if (geteuid() != 0) {
+    WARN("not root: cannot install packages; skipped");
+    return;
+  }
+  if (PackageStatus().find("installed") != std::string::npos && PackageStatus().find("not-installed") == std::string::npos) {
+    WARN("a shardcache package is installed on this machine; not touching it; skipped");
+    return;
+  }
+  TempDir out;
+  const std::string deb = BuildDeb(out);
+  InstalledPackage installed;
+  Output("dpkg -i " + deb);
+  CHECK(PackageStatus() == "install ok installed");
+  // postinst made the trainer group, and the ldconfig trigger registered the library.
+  CHECK_FALSE(Output("getent group shardcache-users").empty());
+  CHECK(Output("ldconfig -p").find("libshardcache.so.0") != std::string::npos);
+
+  // The cache disk is mounted at the cache directory, and the daemon has written to it.
+  REQUIRE(MakeDirs(InstalledPackage::kCacheDir).ok());
+  REQUIRE(::mount("tmpfs", InstalledPackage::kCacheDir, "tmpfs", 0, "size=16m") == 0);
+  installed.Mounted();
+  REQUIRE(MakeDirs(std::string(InstalledPackage::kCacheDir) + "/index").ok());
+  REQUIRE(WriteFileAtomic(std::string(InstalledPackage::kCacheDir) + "/index/CURRENT", "x").ok());
+  REQUIRE(WriteFileAtomic(std::string(InstalledPackage::kCacheDir) + "/segment-000000", "y").ok());
+  REQUIRE(WriteFileAtomic(std::string(InstalledPackage::kCacheDir) + "/.hidden", "z").ok());
+
+  std::string purge;
+  const int rc = RunCommand("dpkg --purge shardcache 2>&1", &purge);
+  INFO(purge);
+  CHECK(rc == 0);
+  // Gone, not left half-removed in state `ic`.
+  CHECK(PackageStatus().find("installed") == std::string::npos);
+  CHECK(PackageStatus().find("config-files") == std::string::npos);
+  // The mount point stays (a mount point cannot be removed), empty.
+  CHECK(Output("mountpoint " + std::string(InstalledPackage::kCacheDir)).find("is a mountpoint") != std::string::npos);
+  CHECK(fs::is_empty(InstalledPackage::kCacheDir));
+  CHECK(Output("ldconfig -p").find("libshardcache.so.0") == std::string::npos);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // `verify --man=no` on a copy whose ExecStart points at the built binary (verify refuses a
 // missing ExecStart binary), and `security --offline=yes` for the exposure score.
 #include <regex>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 
@@ -81,10 +82,38 @@ TEST_CASE("the unit asks for what the daemon needs", "[deploy][systemd]") {
                            "ProtectHome=yes", "PrivateTmp=yes", "NoNewPrivileges=yes",
                            "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
                            "SystemCallFilter=@system-service io_uring_setup io_uring_enter io_uring_register",
-                           "ExecReload=/bin/kill -HUP $MAINPID", "RestartPreventExitStatus=2"}) {
+                           "ExecReload=/bin/kill -HUP $MAINPID", "RestartPreventExitStatus=2",
+                           "PrivateMounts=yes"}) {
     INFO(line);
     CHECK(unit.find(line) != std::string::npos);
   }
+}
+
+TEST_CASE("systemctl reload runs the unit's --check first, which fails on a refused config", "[deploy][systemd]") {
+  // systemd runs the ExecReload= lines in order and stops at the first that fails, so the
+  // check must come before the signal, and must fail for a file the daemon would refuse.
+  std::vector<std::string> reload;
+  const std::regex kReload(R"(^ExecReload=(.*)$)");
+  std::istringstream in(Source("deploy/systemd/shardcached.service"));
+  std::smatch m;
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_match(line, m, kReload)) reload.push_back(m[1]);
+  }
+  REQUIRE(reload.size() == 2);
+  CHECK(reload[1] == "/bin/kill -HUP $MAINPID");
+  REQUIRE(reload[0].find("--check") != std::string::npos);
+  TempDir dir;
+  REQUIRE(WriteFileAtomic(dir / "good.toml", "upstream = \"file:///srv\"\n").ok());
+  REQUIRE(WriteFileAtomic(dir / "bad.toml", "upstream = \"file:///srv\"\n[cache]\nsize = \"lots\"\n").ok());
+  auto with = [&](const std::string& config) {
+    return ReplaceAll(ReplaceAll(reload[0], "/usr/bin/shardcached", BinPath("shardcached")),
+                      "/etc/shardcache/shardcached.toml", config);
+  };
+  std::string out;
+  CHECK(RunCommand(with(dir / "good.toml"), &out) == 0);
+  CHECK(RunCommand(with(dir / "bad.toml"), &out) == 2);
+  INFO(out);
+  CHECK(out.find("cache.size: 'lots'") != std::string::npos);
 }
 
 TEST_CASE("the unit's paths match the daemon's default config", "[deploy][systemd]") {

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/malloc_tuning.h"
+#include "common/version.h"
 #include "tools/shardctl/command.h"
 
 namespace shardcache::shardctl {
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   shardcache::KeepLargeBuffersInHeap();
   using namespace shardcache::shardctl;
   CLI::App app{"shardctl — manage shardcache datasets and daemons"};
+  app.set_version_flag("--version", std::string("shardctl ") + shardcache::Version());
   app.require_subcommand(1);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
