@@ -8,11 +8,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <set>
 
 #include <spdlog/spdlog.h>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/units.h"
 #include "daemon/cache/cache_metrics.h"
 #include "daemon/cache/io_reader.h"
@@ -68,6 +71,66 @@ NvmeStore::NvmeStore(const CacheOptions& options, std::unique_ptr<IndexDb> db, c
       policy_(MakeEvictionPolicy(options.eviction, plan)),
       size_bytes_(options.size_bytes) {}
 
+namespace {
+
+// An index that cannot be read as it is (corrupt files, another format, an I/O error) is set
+// aside and the cache starts empty: it is only a cache, and refusing to start would make a
+// restart loop of one bad disk sector. Refusals that a fresh index would meet as well
+// (permissions, a full disk, a LOCK held) stay errors.
+bool IndexUnusable(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kDataLoss:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kInternal:
+    case StatusCode::kInvalidArgument:
+      return true;
+    default:
+      return false;
+  }
+}
+
+metrics::Counter* IndexResets() {
+  static auto* c = metrics::Registry::Global().GetCounter(
+      "shardcache_cache_index_resets_total", "Cache indexes set aside as unreadable at start (the cache started empty)");
+  return c;
+}
+
+// Set-aside indexes kept for diagnosis; older ones are removed.
+constexpr size_t kKeptUnreadableIndexes = 2;
+
+// Renames dir/index to dir/index.unreadable-<UTC time> and keeps the newest few of those.
+Status SetIndexAside(const std::string& dir, const Status& why) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  const std::string from = dir + "/index", to = dir + "/index.unreadable-" + stamp;
+  if (::rename(from.c_str(), to.c_str()) != 0) return ErrnoStatus(errno, "setting aside cache index " + from);
+  IndexResets()->Add();
+  spdlog::error("cache: the index {} cannot be used ({}); moved it to {} and starting with an empty cache",
+                from, why.ToString(), to);
+  std::vector<std::string> aside;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("index.unreadable-", 0) == 0) aside.push_back(e.path());
+  }
+  std::sort(aside.begin(), aside.end());  // by time: the names sort as their stamps
+  for (size_t i = 0; i + kKeptUnreadableIndexes < aside.size(); ++i) {
+    std::error_code ec;
+    std::filesystem::remove_all(aside[i], ec);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NvmeStore>> NvmeStore::OpenIndexAndRecover(const CacheOptions& options, const AccessPlan* plan) {
+  SC_ASSIGN_OR_RETURN(auto db, IndexDb::Open(options.dir + "/index", options.index_block_cache_bytes));
+  std::unique_ptr<NvmeStore> store(new NvmeStore(options, std::move(db), plan));
+  SC_RETURN_IF_ERROR(store->Recover());
+  return store;
+}
+
 Result<std::unique_ptr<NvmeStore>> NvmeStore::Open(const CacheOptions& options, const AccessPlan* plan) {
   SC_RETURN_IF_ERROR(options.Validate());
   if (options.size_bytes == 0) return InvalidArgument("NvmeStore needs cache.size > 0");
@@ -75,9 +138,12 @@ Result<std::unique_ptr<NvmeStore>> NvmeStore::Open(const CacheOptions& options, 
     return InvalidArgument("clairvoyant eviction needs an access plan");
   }
   SC_RETURN_IF_ERROR(MakeDirs(options.dir));
-  SC_ASSIGN_OR_RETURN(auto db, IndexDb::Open(options.dir + "/index", options.index_block_cache_bytes));
-  std::unique_ptr<NvmeStore> store(new NvmeStore(options, std::move(db), plan));
-  SC_RETURN_IF_ERROR(store->Recover());
+  auto opened = OpenIndexAndRecover(options, plan);
+  if (!opened.ok() && IndexUnusable(opened.status())) {
+    SC_RETURN_IF_ERROR(SetIndexAside(options.dir, opened.status()));
+    opened = OpenIndexAndRecover(options, plan);  // empty: the segment files are orphans and go
+  }
+  SC_ASSIGN_OR_RETURN(auto store, std::move(opened));
   store->io_uring_ = IoReader::UsingIoUring(options.use_io_uring);
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   store->EnforceLimits();

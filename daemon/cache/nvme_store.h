@@ -124,7 +124,9 @@ struct NvmeStats {
 
 class NvmeStore {
  public:
-  // Opens or creates the tier in options.dir and recovers it (see above) before returning.
+  // Opens or creates the tier in options.dir and recovers it (see above) before returning. An
+  // index that cannot be read (corrupt, another format, an I/O error) is moved aside to
+  // options.dir/index.unreadable-<time> with an error line, and the tier starts empty.
   // `plan` must outlive the store; it may be null unless eviction is clairvoyant.
   static Result<std::unique_ptr<NvmeStore>> Open(const CacheOptions& options, const AccessPlan* plan);
   // Writes and commits everything still queued, then stops the writer.
@@ -192,6 +194,7 @@ class NvmeStore {
 
   NvmeStore(const CacheOptions& options, std::unique_ptr<IndexDb> db, const AccessPlan* plan);
   Status Recover();
+  static Result<std::unique_ptr<NvmeStore>> OpenIndexAndRecover(const CacheOptions& options, const AccessPlan* plan);
   void WriterLoop();
   // Writes a batch of queued chunks: extents that land back to back in one segment go out in
   // one pwritev, then are published together.

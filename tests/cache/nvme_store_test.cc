@@ -4,8 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <thread>
+
+#include <rocksdb/db.h>
 
 #include "daemon/cache/cached_source.h"
 #include "daemon/cache/index_db.h"
@@ -222,4 +226,59 @@ TEST_CASE("nvme store: a successor waits for the index LOCK its stopping predece
   INFO((second.ok() ? "" : second.status().ToString()));
   REQUIRE(second.ok());
   CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(300));
+}
+
+TEST_CASE("nvme store: an index that cannot be read is set aside with an error and the cache starts empty",
+          "[cache][nvme][restart][faults]") {
+  // Corruption of the index's files (30 bytes flipped across them, as a failing disk would), or
+  // an index of another format, once stopped the daemon from starting: a restart loop under
+  // systemd for what is only a cache.
+  const auto corruption = GENERATE(0, 1);
+  TempDir dir;
+  SyntheticDatasetOptions dso;
+  auto ds = MakeSyntheticDataset(dso);
+  const auto o = SmallCacheOptions(dir / "cache");
+  FakeUpstream* up = nullptr;
+  {
+    auto cache = OpenCache(o, dso, ds, &up);
+    REQUIRE(ReadAndCompare(*cache, ds, dso) == 0);
+  }
+  const std::string index = o.dir + "/index";
+  if (corruption == 0) {
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(index)) {
+      if (e.is_regular_file() && e.file_size() > 0) files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    uint64_t seed = 7;
+    for (int k = 0; k < 30; ++k) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      const std::string& f = files[(seed >> 33) % files.size()];
+      const auto size = std::filesystem::file_size(f);
+      UniqueFd fd(::open(f.c_str(), O_RDWR));
+      REQUIRE(fd.valid());
+      const off_t at = static_cast<off_t>((seed >> 13) % size);
+      uint8_t b = 0;
+      REQUIRE(::pread(fd.get(), &b, 1, at) == 1);
+      b ^= 0xff;
+      REQUIRE(::pwrite(fd.get(), &b, 1, at) == 1);
+    }
+  } else {
+    // A future build's format version (IndexDb keeps it under key "F").
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(rocksdb::Options(), index, &raw).ok());
+    REQUIRE(raw->Put(rocksdb::WriteOptions(), "F", "999").ok());
+    delete raw;
+  }
+  auto cache = OpenCache(o, dso, ds, &up);  // REQUIREs that it opens
+  CHECK(cache->Stats().nvme.entries == 0);
+  const uint64_t before = up->chunks_sent.load();
+  CHECK(ReadAndCompare(*cache, ds, dso) == 0);  // refetched, every byte right
+  CHECK(up->chunks_sent.load() > before);
+  // The unreadable index is kept beside the new one for diagnosis.
+  int aside = 0;
+  for (const auto& e : std::filesystem::directory_iterator(o.dir)) {
+    aside += e.path().filename().string().rfind("index.unreadable-", 0) == 0;
+  }
+  CHECK(aside == 1);
 }
