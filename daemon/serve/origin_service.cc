@@ -1,5 +1,7 @@
 #include "daemon/serve/origin_service.h"
 
+#include <malloc.h>
+
 #include <deque>
 #include <thread>
 
@@ -74,16 +76,65 @@ OriginService::~OriginService() {
   cv_.wait(lock, [&] { return threads_ == 0; });
 }
 
-void OriginService::Spawn(std::function<void()> fn) {
+grpc::Status OriginService::Admit(const grpc::CallbackServerContext& ctx, std::string* client) {
+  if (grpc::Status a = auth_.Check(ctx); !a.ok()) return a;
+  // The client's address without its port: "ipv4:10.0.0.7:51234" -> "ipv4:10.0.0.7".
+  *client = ctx.peer();
+  if (const size_t colon = client->rfind(':'); colon != std::string::npos && colon > client->find(':')) {
+    client->resize(colon);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  uint32_t& mine = calls_by_client_[*client];
+  if (calls_ >= options_.max_calls || mine >= options_.max_calls_per_client) {
+    const bool global = calls_ >= options_.max_calls;
+    if (mine == 0) calls_by_client_.erase(*client);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        global ? "this origin runs " + std::to_string(calls_) + " calls, its limit; retry later"
+                               : "client " + *client + " has " + std::to_string(options_.max_calls_per_client) +
+                                     " calls running, the limit per client");
+  }
+  ++mine;
+  ++calls_;
+  return grpc::Status::OK;
+}
+
+void OriginService::Spawn(std::string client, std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++threads_;
   }
-  std::thread([this, fn = std::move(fn)] {
+  std::thread([this, client = std::move(client), fn = std::move(fn)] {
     fn();
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--threads_ == 0) cv_.notify_all();
+    bool idle = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = calls_by_client_.find(client); it != calls_by_client_.end() && --it->second == 0) {
+        calls_by_client_.erase(it);
+      }
+      --calls_;
+      idle = calls_ == 0;
+      if (--threads_ == 0) cv_.notify_all();
+    }
+    // A burst of calls is over: hand the buffers it freed back to the kernel.
+    if (idle) malloc_trim(0);
   }).detach();
+}
+
+uint32_t OriginService::calls_running() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return calls_;
+}
+
+bool OriginService::ReserveQueued(uint64_t bytes, bool first_of_stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!first_of_stream && queued_bytes_ + bytes > options_.max_queued_bytes) return false;
+  queued_bytes_ += bytes;
+  return true;
+}
+
+void OriginService::ReleaseQueued(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queued_bytes_ -= bytes;
 }
 
 Result<DatasetPtr> OriginService::OpenVersion(const std::string& name, const std::string& version) {
@@ -102,12 +153,13 @@ grpc::ServerUnaryReactor* OriginService::ListDatasets(grpc::CallbackServerContex
                                                       const v1::ListDatasetsRequest*,
                                                       v1::ListDatasetsResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) {
+  std::string client;
+  if (grpc::Status a = Admit(*ctx, &client); !a.ok()) {
     CountRequest("ListDatasets", a);
     reactor->Finish(a);
     return reactor;
   }
-  Spawn([this, reactor, resp] {
+  Spawn(std::move(client), [this, reactor, resp] {
     auto r = source_.ListDatasets();
     grpc::Status s = ToGrpcStatus(r.status());
     if (r.ok()) {
@@ -123,12 +175,13 @@ grpc::ServerUnaryReactor* OriginService::GetManifest(grpc::CallbackServerContext
                                                      const v1::GetManifestRequest* req,
                                                      v1::GetManifestResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) {
+  std::string client;
+  if (grpc::Status a = Admit(*ctx, &client); !a.ok()) {
     CountRequest("GetManifest", a);
     reactor->Finish(a);
     return reactor;
   }
-  Spawn([this, reactor, req, resp] {
+  Spawn(std::move(client), [this, reactor, req, resp] {
     auto d = source_.OpenDataset(req->dataset());
     if (d.ok()) versions_.Remember(*d);
     grpc::Status s = ToGrpcStatus(d.status());
@@ -146,12 +199,13 @@ grpc::ServerUnaryReactor* OriginService::GetSampleIndex(grpc::CallbackServerCont
                                                         const v1::GetSampleIndexRequest* req,
                                                         v1::GetSampleIndexResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) {
+  std::string client;
+  if (grpc::Status a = Admit(*ctx, &client); !a.ok()) {
     CountRequest("GetSampleIndex", a);
     reactor->Finish(a);
     return reactor;
   }
-  Spawn([this, reactor, req, resp] {
+  Spawn(std::move(client), [this, reactor, req, resp] {
     Status st = [&]() -> Status {
       SC_ASSIGN_OR_RETURN(DatasetPtr d, OpenVersion(req->dataset(), req->version()));
       SC_ASSIGN_OR_RETURN(std::string bytes, source_.GetSampleIndex(d, req->shard()));
@@ -174,8 +228,8 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
   ChunkStream(OriginService* svc, grpc::CallbackServerContext* ctx, const v1::ReadChunksRequest* req)
       : svc_(svc), req_(*req), deadline_(DeadlineOf(*ctx, svc->options_.max_call_duration)) {}
 
-  void Start() {
-    svc_->Spawn([this] { Produce(); });
+  void Start(std::string client) {
+    svc_->Spawn(std::move(client), [this] { Produce(); });
   }
 
   // Ends the call before any producer started (e.g. authentication failed).
@@ -195,8 +249,9 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
       std::lock_guard<std::mutex> lock(mu_);
       if (!ok) {
         broken_ = true;
-        queue_.clear();
+        DropQueueLocked();
       } else {
+        svc_->ReleaseQueued(queue_.front()->ByteSizeLong());
         queue_.pop_front();
         if (!queue_.empty()) next = queue_.front().get();
       }
@@ -212,6 +267,11 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
     {
       std::lock_guard<std::mutex> lock(mu_);
       broken_ = true;
+      // The one being written (if any) stays until its OnWriteDone releases it.
+      while (queue_.size() > (writing_ ? 1u : 0u)) {
+        svc_->ReleaseQueued(queue_.back()->ByteSizeLong());
+        queue_.pop_back();
+      }
     }
     cv_.notify_all();
   }
@@ -222,13 +282,20 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
   }
 
  private:
-  // Queues one message; waits while the queue is full. False when the client is gone.
+  // Queues one message; waits while the queue is full, or while all streams together queue
+  // max_queued_bytes and this one has a message queued already. False when the client is gone.
   bool Push(std::unique_ptr<v1::ChunkMessage> msg) {
     v1::ChunkMessage* start = nullptr;
+    const uint64_t bytes = msg->ByteSizeLong();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return broken_ || queue_.size() < svc_->options_.queue_depth; });
-      if (broken_) return false;
+      for (;;) {
+        cv_.wait(lock, [&] { return broken_ || queue_.size() < svc_->options_.queue_depth; });
+        if (broken_) return false;
+        if (svc_->ReserveQueued(bytes, queue_.empty())) break;
+        // Other streams' writes free the shared budget; they do not wake this stream.
+        cv_.wait_for(lock, std::chrono::milliseconds(20));
+      }
       queue_.push_back(std::move(msg));
       if (!writing_) {
         writing_ = true;
@@ -273,6 +340,12 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
     if (finish) DoFinish();
   }
 
+  // REQUIRES: mu_ held. Forgets every queued message (the client is gone).
+  void DropQueueLocked() {
+    for (const auto& m : queue_) svc_->ReleaseQueued(m->ByteSizeLong());
+    queue_.clear();
+  }
+
   void DoFinish() {
     grpc::Status s;
     {
@@ -298,12 +371,13 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
 grpc::ServerWriteReactor<v1::ChunkMessage>* OriginService::ReadChunks(grpc::CallbackServerContext* ctx,
                                                                       const v1::ReadChunksRequest* req) {
   auto* stream = new ChunkStream(this, ctx, req);
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) {
+  std::string client;
+  if (grpc::Status a = Admit(*ctx, &client); !a.ok()) {
     // No producer: finish at once. OnDone counts the request and deletes the stream.
     stream->Reject(a);
     return stream;
   }
-  stream->Start();
+  stream->Start(std::move(client));
   return stream;
 }
 

@@ -17,6 +17,14 @@
 // a queue of `queue_depth` messages and waits when it is full, so a slow client holds back
 // reading (backpressure through HTTP/2 flow control) instead of growing memory.
 //
+// Limits: a client is not trusted to be reasonable. At most `max_calls` calls run at once
+// (each holds a thread, and a stream an open shard and its queue), at most
+// `max_calls_per_client` from one client address; past either, a call fails at once with
+// RESOURCE_EXHAUSTED naming the limit. Queued stream messages of all calls together stay under
+// `max_queued_bytes` beyond one message per stream (a producer past it waits). When the last
+// call ends, freed heap memory goes back to the kernel (malloc_trim): a burst of streams does
+// not leave its buffers in the process for good.
+//
 // Metrics (metrics::Registry::Global()): shardcache_origin_requests_total{method,code},
 // shardcache_origin_chunks_total, shardcache_origin_payload_bytes_total (raw chunk bytes),
 // shardcache_origin_wire_bytes_total (payload bytes as sent), shardcache_origin_compression_ratio.
@@ -27,8 +35,10 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "daemon/serve/grpc_server.h"
 #include "daemon/serve/served_versions.h"
@@ -46,6 +56,13 @@ struct OriginServiceOptions {
   size_t queue_depth = 2;
   // Longest a single call may run when the client set no deadline.
   std::chrono::seconds max_call_duration{3600};
+  // Calls running at once, in all and per client address (IP; one downstream daemon uses
+  // fetch.max_connections streams plus a few unary calls). Default: 512 and 128.
+  uint32_t max_calls = 512;
+  uint32_t max_calls_per_client = 128;
+  // Encoded messages queued ahead of the network over all streams, beyond the first of each.
+  // Default: 256 MiB.
+  uint64_t max_queued_bytes = 256ull << 20;
 };
 
 class OriginService final : public v1::Origin::CallbackService {
@@ -66,10 +83,20 @@ class OriginService final : public v1::Origin::CallbackService {
   grpc::ServerWriteReactor<v1::ChunkMessage>* ReadChunks(grpc::CallbackServerContext* ctx,
                                                          const v1::ReadChunksRequest* req) override;
 
+  // Calls admitted and not yet ended.
+  uint32_t calls_running();
+
  private:
   class ChunkStream;
-  // Runs `fn` on a new thread, counted so the destructor can wait for it.
-  void Spawn(std::function<void()> fn);
+  // Authenticates the call and takes a place for it among those running (see Limits above);
+  // *client gets the key its place is counted under.
+  grpc::Status Admit(const grpc::CallbackServerContext& ctx, std::string* client);
+  // Runs `fn` on a new thread, counted so the destructor can wait for it, and gives the
+  // admitted call's place back when it ends.
+  void Spawn(std::string client, std::function<void()> fn);
+  // Queued-message accounting across streams (max_queued_bytes).
+  bool ReserveQueued(uint64_t bytes, bool first_of_stream);
+  void ReleaseQueued(uint64_t bytes);
   // Dataset `name` at `version` ("" = the current one).
   Result<DatasetPtr> OpenVersion(const std::string& name, const std::string& version);
 
@@ -79,7 +106,11 @@ class OriginService final : public v1::Origin::CallbackService {
   ServedVersions versions_;
   std::mutex mu_;
   std::condition_variable cv_;
-  int threads_ = 0;  // GUARDED_BY(mu_)
+  int threads_ = 0;                                 // GUARDED_BY(mu_)
+  std::map<std::string, uint32_t> calls_by_client_;  // GUARDED_BY(mu_)
+  uint32_t calls_ = 0;                              // GUARDED_BY(mu_)
+  uint64_t queued_bytes_ = 0;                       // GUARDED_BY(mu_)
+  std::condition_variable queued_cv_;
 };
 
 // An Origin server: service + started gRPC server from one set of options.

@@ -78,7 +78,7 @@ struct OriginFixture {
   static constexpr uint64_t kChunk = 64 << 10;
   static constexpr uint64_t kShardBytes = 40 * 4096;
 
-  explicit OriginFixture(serve::ServerOptions so = {}, bool faulty = false) {
+  explicit OriginFixture(serve::ServerOptions so = {}, bool faulty = false, serve::OriginServiceOptions svc = {}) {
     auto d = MakeRecordsDataset(root.path(), "recs", 2, 40, 4096, kChunk);
     REQUIRE(d.ok());
     recs = *d;
@@ -88,7 +88,7 @@ struct OriginFixture {
     faults = std::make_unique<FaultySource>(*files);
     if (so.listen.empty()) so.listen = "127.0.0.1:0";
     ChunkSource& served = faulty ? static_cast<ChunkSource&>(*faults) : *files;
-    auto s = serve::StartOriginServer(served, so);
+    auto s = serve::StartOriginServer(served, so, svc);
     REQUIRE(s.ok());
     server = std::move(*s);
   }

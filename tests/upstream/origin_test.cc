@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include <grpcpp/grpcpp.h>
 
 #include "common/metrics.h"
 #include "daemon/cache/cached_source.h"
 #include "dataset/indexer.h"
 #include "shardcache/origin.grpc.pb.h"
+#include "testing/eventually.h"
 #include "testing/process.h"
 #include "upstream/origin_fixture.h"
 
@@ -442,4 +445,64 @@ TEST_CASE("opens that arrive together share one manifest request", "[origin][rei
   for (auto& t : threads) t.join();
   CHECK(ok.load() == 16);
   CHECK(o.faults->open_calls.load() - before == 1);
+}
+
+namespace {
+
+int ThreadCount() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += e.is_directory();
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a client opening 400 streams it never reads gets RESOURCE_EXHAUSTED past its limit, and the origin's "
+          "threads stay bounded",
+          "[origin][limits]") {
+  serve::OriginServiceOptions svc;
+  svc.max_calls = 64;
+  svc.max_calls_per_client = 32;
+  OriginFixture o({}, /*faulty=*/true, svc);
+  o.faults->delay_ms = 1000;  // a stream admitted stays open ~3 s: its producer waits on each chunk
+  const int threads_before = ThreadCount();
+  auto stub = RawStub(o.Target());
+  v1::ReadChunksRequest req;
+  req.set_dataset("recs");
+  req.set_chunk_count(3);
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::ChunkMessage>>> readers;
+  for (int i = 0; i < 400; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    ctxs.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    readers.push_back(stub->ReadChunks(ctxs.back().get(), req));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // A thread per admitted stream at most, plus gRPC's own.
+  CHECK(o.server->service->calls_running() <= 32);
+  CHECK(ThreadCount() - threads_before < 32 + 24);
+  int exhausted = 0, ok = 0;
+  std::string message;
+  for (size_t i = 0; i < readers.size(); ++i) {
+    v1::ChunkMessage m;
+    while (readers[i]->Read(&m)) {
+    }
+    const grpc::Status s = readers[i]->Finish();
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++exhausted;
+      message = s.error_message();
+    } else {
+      CHECK(s.ok());
+      ++ok;
+    }
+  }
+  // Requests the channel held back until earlier streams ended may have found a place then.
+  CHECK(exhausted >= 200);
+  CHECK(ok >= 32);
+  CHECK(message.find("limit") != std::string::npos);
+  // The places come back: a new stream is served once the others ended.
+  o.faults->delay_ms = 0;
+  REQUIRE(Eventually([&] {
+    return RawRead(*stub, req) == grpc::StatusCode::OK;
+  }, std::chrono::seconds(20)));
 }
