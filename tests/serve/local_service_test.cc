@@ -32,6 +32,7 @@
 #include "testing/temp_dir.h"
 #include "testing/forwarding_source.h"
 #include "testing/local_conn.h"
+#include "testing/other_user.h"
 #include "testing/random_delay.h"
 #include "local_fixture.h"
 
@@ -674,11 +675,13 @@ TEST_CASE("a uid that is not allowed is refused before any descriptor is passed"
     REQUIRE(svc.Start().ok());
     // Let nobody reach the socket so that the refusal comes from SO_PEERCRED, not the file system.
     REQUIRE(chmod(f.tmp.path().c_str(), 0755) == 0);
+    // A world-readable copy: the build tree may lie below a directory nobody cannot traverse.
+    const testing::ProgramsForOtherUsers programs({"local_client_helper"});
     std::string out;
-    const int rc = testing::RunCommand("setpriv --reuid=65534 --regid=65534 --clear-groups " +
-                                           testing::BinPath("local_client_helper") + " " + f.socket +
-                                           " rec 4 1 /nonexistent/marker",
-                                       &out);
+    const int rc = testing::RunCommand(
+        testing::ShellCommand(programs.As(65534, 65534, {}, "local_client_helper",
+                                          {f.socket, "rec", "4", "1", "/nonexistent/marker"})),
+        &out);
     INFO(out);
     REQUIRE(out.find("PermissionDenied") != std::string::npos);
     REQUIRE(out.find("uid 65534") != std::string::npos);
