@@ -36,20 +36,19 @@ SampleLocator::SampleLocator(ChunkSource& source, DatasetPtr dataset)
   first_id_.push_back(0);
   for (const auto& s : m.shards()) first_id_.push_back(first_id_.back() + s.sample_count());
   indexes_.resize(m.shards_size());
+  loaded_ = std::make_unique<std::atomic<const ShardIndex*>[]>(indexes_.size());
+  for (size_t i = 0; i < indexes_.size(); ++i) loaded_[i].store(nullptr, std::memory_order_relaxed);
 }
 
-Result<std::shared_ptr<const SampleLocator::ShardIndex>> SampleLocator::IndexOf(uint32_t shard) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (indexes_[shard]) return indexes_[shard];
-  }
+Result<const SampleLocator::ShardIndex*> SampleLocator::IndexOf(uint32_t shard) {
+  if (const ShardIndex* loaded = loaded_[shard].load(std::memory_order_acquire)) return loaded;
   // Loaded outside the lock: two loaders racing on one shard both parse it, one copy wins.
   SC_ASSIGN_OR_RETURN(std::string bytes, source_.GetSampleIndex(dataset_, shard));
   SC_ASSIGN_OR_RETURN(v1::SampleIndex idx,
                       dataset::ParseSampleIndex(bytes, dataset_->manifest, shard,
                                                 "sample index of shard " + std::to_string(shard) +
                                                     " of '" + dataset_->name + "'"));
-  auto si = std::make_shared<ShardIndex>();
+  auto si = std::make_unique<ShardIndex>();
   si->offsets.assign(idx.offsets().begin(), idx.offsets().end());
   si->lengths.assign(idx.lengths().begin(), idx.lengths().end());
   const auto& sh = dataset_->manifest.shards(shard);
@@ -66,8 +65,11 @@ Result<std::shared_ptr<const SampleLocator::ShardIndex>> SampleLocator::IndexOf(
   }
   if (has_fields_) SC_RETURN_IF_ERROR(LoadMembers(idx, shard, si.get()));
   std::lock_guard<std::mutex> l(mu_);
-  if (!indexes_[shard]) indexes_[shard] = std::move(si);
-  return indexes_[shard];
+  if (!indexes_[shard]) {
+    indexes_[shard] = std::move(si);
+    loaded_[shard].store(indexes_[shard].get(), std::memory_order_release);
+  }
+  return indexes_[shard].get();
 }
 
 Status SampleLocator::LoadMembers(const v1::SampleIndex& idx, uint32_t shard, ShardIndex* si) const {
@@ -146,11 +148,17 @@ Status SampleLocator::AppendFields(uint64_t sample_id, uint64_t payload_offset, 
 uint32_t SampleLocator::FieldsBuilder::NameOffset(const std::string& name) {
   // A batch has a handful of member names: each is stored once, found by a short scan.
   for (const auto& [n, at] : name_offsets_) {
-    if (n == name) return at;
+    if (n == &name) return at;
   }
-  const auto at = static_cast<uint32_t>(names_.size());
-  names_ += name;
-  name_offsets_.emplace_back(name, at);
+  uint32_t at = UINT32_MAX;
+  for (const auto& [n, offset] : name_offsets_) {
+    if (*n == name) at = offset;  // the same name in another shard's index
+  }
+  if (at == UINT32_MAX) {
+    at = static_cast<uint32_t>(names_.size());
+    names_ += name;
+  }
+  name_offsets_.emplace_back(&name, at);
   return at;
 }
 
@@ -283,6 +291,7 @@ Status BatchAssembler::Plan(SampleLocator& locator, std::span<const uint64_t> id
   SampleLocator::FieldsBuilder table;
   uint64_t needed = pos;
   if (fields && locator.has_fields()) {
+    table.Reserve(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) SC_RETURN_IF_ERROR(locator.AppendFields(ids[i], out->offsets[i], &table));
     out->fields_offset = sample_fields::TableOffset(pos);
     out->fields_bytes = table.bytes();

@@ -23,6 +23,7 @@
 // never waits for I/O (a batch whose chunks are all in memory is copied on the caller's thread).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -69,16 +70,23 @@ class SampleLocator {
     }
     // Writes the table to dest. REQUIRES: dest has bytes() bytes.
     void WriteTo(uint8_t* dest) const;
+    // Room for `samples` samples of a few members and a short key each.
+    void Reserve(size_t samples) {
+      samples_.reserve(samples);
+      members_.reserve(samples * 3);
+      names_.reserve(samples * 24);
+    }
 
    private:
     friend class SampleLocator;
-    // Where `name` is in names_, added on first use.
+    // Where `name` is in names_, added on first use. Names are the strings of shard indexes:
+    // the same string object is found by its address first.
     uint32_t NameOffset(const std::string& name);
 
     std::vector<sample_fields::SampleFields> samples_;
     std::vector<sample_fields::MemberField> members_;
     std::string names_;
-    std::vector<std::pair<std::string, uint32_t>> name_offsets_;
+    std::vector<std::pair<const std::string*, uint32_t>> name_offsets_;
   };
   // Appends sample `sample_id`'s key and members, its bytes placed at `payload_offset` of the
   // payload. FailedPrecondition unless has_fields(); errors as Locate otherwise.
@@ -105,7 +113,9 @@ class SampleLocator {
   Result<std::pair<uint32_t, uint64_t>> ShardOf(uint64_t sample_id) const;
   // Fills the tar member tables of `si` from `idx`, checking them against the sample ranges.
   Status LoadMembers(const v1::SampleIndex& idx, uint32_t shard, ShardIndex* si) const;
-  Result<std::shared_ptr<const ShardIndex>> IndexOf(uint32_t shard);
+  // The shard's index, loaded on first use. Owned by the locator for its lifetime; lock-free
+  // once loaded (every sample of every batch asks).
+  Result<const ShardIndex*> IndexOf(uint32_t shard);
 
   ChunkSource& source_;
   const DatasetPtr dataset_;
@@ -114,7 +124,8 @@ class SampleLocator {
   std::vector<uint64_t> first_id_;  // first_id_[s] = first global id of shard s; back() = N
 
   std::mutex mu_;
-  std::vector<std::shared_ptr<const ShardIndex>> indexes_;  // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<const ShardIndex>> indexes_;  // GUARDED_BY(mu_): owners
+  std::unique_ptr<std::atomic<const ShardIndex*>[]> loaded_;  // published after indexes_ holds it
 };
 
 struct AssembledBatch {
