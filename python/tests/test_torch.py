@@ -246,3 +246,13 @@ def test_a_dataloader_with_workers_reads_through_a_daemon_killed_and_restarted(d
     finally:
         daemon.kill()
         daemon.wait()
+
+
+def test_epochs_advance_by_themselves_with_one_log_line(socket_path, caplog):
+    import logging
+    ds = IterableDataset(socket_path, "tokens-v3", batch_size=100, seed=4, shuffle="global")
+    dl = DataLoader(ds, num_workers=0)
+    with caplog.at_level(logging.INFO, logger="shardcache.torch"):
+        epochs = [[i for item in dl for i in ids_of(item)] for _ in range(3)]
+    assert epochs == [plan_order(socket_path, e, batch_size=100) for e in range(3)]
+    assert len([r for r in caplog.records if "set_epoch was not called" in r.getMessage()]) == 1
