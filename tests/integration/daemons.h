@@ -36,7 +36,7 @@ struct Daemon {
   std::unique_ptr<Process> proc;
 
   Daemon(const TempDir& dir, std::string n, const std::string& upstream, uint64_t cache_size,
-         uint64_t segment_size = 1 << 20, std::string socket_path = "")
+         uint64_t segment_size = 8 << 20, std::string socket_path = "")
       : name(std::move(n)), config(dir / (name + ".toml")), log(dir / (name + ".log")),
         cache_dir(dir / (name + "-cache")), socket(std::move(socket_path)), cache_bytes(cache_size) {
     const std::string text =

@@ -120,3 +120,29 @@ TEST_CASE("a blackholed upstream fails with Unavailable at the deadline", "[faul
   CHECK(waited >= 2.9);
   CHECK(waited < 6.5);
 }
+
+TEST_CASE("a blackholed upstream ends reads once it has been silent for outage_timeout, far before the deadline",
+          "[faults][wanem]") {
+  if (!HaveWanem()) return;
+  WanFixture w({"--rtt-ms", "2", "--blackhole-after-mib", "1"});
+  upstream::GrpcSourceOptions co;
+  co.call_timeout = std::chrono::seconds(60);  // a silent stream is noticed by no deadline soon
+  co.outage_timeout = std::chrono::seconds(2);
+  auto client = w.Client(co);
+  auto d = client->OpenDataset("big");
+  REQUIRE(d.ok());
+  const auto t0 = Clock::now();
+  auto r = ReadShard(*client, *d, 0, std::chrono::seconds(60));
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  INFO(r.status().ToString());
+  CHECK(r.status().code() == StatusCode::kUnavailable);
+  CHECK_THAT(r.status().message(), Catch::Contains("upstream 127.0.0.1:" + std::to_string(w.port) +
+                                                   " has not answered for") &&
+                                       Catch::Contains("last error: "));
+  CHECK(waited < 2 + 3);  // the bound after the last byte, plus a probe or two
+  CHECK_FALSE(client->health().up);
+  // While the outage goes on, a read fails at once.
+  const auto t1 = Clock::now();
+  CHECK(ReadShard(*client, *d, 1, std::chrono::seconds(60)).status().code() == StatusCode::kUnavailable);
+  CHECK(Clock::now() - t1 < std::chrono::milliseconds(500));
+}
