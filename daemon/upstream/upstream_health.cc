@@ -135,7 +135,6 @@ UpstreamHealth::Snapshot UpstreamHealth::Get() const {
   Snapshot s;
   std::lock_guard<std::mutex> lock(mu_);
   s.up = up_.load(std::memory_order_relaxed);
-  s.answered = last_answer_ns_.load(std::memory_order_relaxed) != 0;
   if (in_outage_.load(std::memory_order_relaxed)) {
     s.down_seconds = std::chrono::duration<double>(Clock::now() - outage_start_).count();
     s.last_error = last_error_;

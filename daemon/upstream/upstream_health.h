@@ -63,9 +63,8 @@ class UpstreamHealth {
 
   struct Snapshot {
     bool up = false;
-    bool answered = false;     // heard from at least once since start
     double down_seconds = 0;   // length of the current outage; 0 when none
-    std::string last_error;    // of the current outage; "" when none
+    std::string last_error;    // of the current outage; "" when none (also before any answer)
   };
   Snapshot Get() const;
   bool up() const { return up_.load(std::memory_order_acquire); }

@@ -174,7 +174,7 @@ TEST_CASE("an upstream that cannot be reached at start shows on /ready, /status 
   CHECK(CountLines(log, "upstream " + Addr(upstream_port) + " answers again") == 1);
 }
 
-TEST_CASE("a trainer whose upstream dies mid-epoch gets Unavailable naming it within fetch.outage_timeout",
+TEST_CASE("a trainer whose upstream stops answering mid-epoch gets Unavailable naming it within fetch.outage_timeout",
           "[deploy][loud][upstream]") {
   Fixture f;
   const int origin_port = FreePort(), origin_metrics = FreePort(), metrics_port = FreePort();
@@ -184,9 +184,7 @@ TEST_CASE("a trainer whose upstream dies mid-epoch gets Unavailable naming it wi
       "node.toml", "upstream = \"grpc://" + Addr(origin_port) + "\"\n[listen]\nsocket = \"" + socket +
                        "\"\nmetrics = \"" + Addr(metrics_port) + "\"\n[cache]\nsize = \"0\"\nmemory_size = \"0\"\n"
                        "[fetch]\noutage_timeout = \"3s\"\nprefetch = \"0\"\n[local]\narena_size = \"8MiB\"\n");
-  const std::string origin_cfg = f.OriginConfig(origin_port, origin_metrics);
-  auto origin = std::make_unique<Process>(std::vector<std::string>{Bin("shardcached"), "--config", origin_cfg},
-                                          f.dir / "origin.log");
+  Process origin({Bin("shardcached"), "--config", f.OriginConfig(origin_port, origin_metrics)}, f.dir / "origin.log");
   REQUIRE(WaitForPort(origin_port));
   const std::string log = f.dir / "node.log";
   Process node({Bin("shardcached"), "--config", cfg}, log);
@@ -212,13 +210,15 @@ TEST_CASE("a trainer whose upstream dies mid-epoch gets Unavailable naming it wi
   };
   REQUIRE(next().code() == 0);
 
-  origin->Kill();  // mid-epoch
-  const auto killed = std::chrono::steady_clock::now();
+  // Mid-epoch the origin hangs: its connections stay open and nothing comes back, as on a
+  // blackholed link. Only keepalive would notice, after 15 s; the bound ends the wait sooner.
+  origin.Signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
   v1::LocalResponse r;
   do {
-    r = next();  // batches assembled before the kill come first
-  } while (r.code() == 0 && std::chrono::steady_clock::now() - killed < 20s);
-  const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    r = next();  // batches assembled before the hang come first
+  } while (r.code() == 0 && std::chrono::steady_clock::now() - stopped < 20s);
+  const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
   INFO("waited " << waited_s << " s: " << r.message());
   CHECK(r.code() == static_cast<uint32_t>(StatusCode::kUnavailable));
   CHECK_THAT(r.message(), Catch::Contains("upstream " + Addr(origin_port)) && Catch::Contains("last error"));
@@ -229,16 +229,16 @@ TEST_CASE("a trainer whose upstream dies mid-epoch gets Unavailable naming it wi
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);
   CHECK(Http(metrics_port, "/ready").first == 503);
   CHECK(Metric(metrics_port, "shardcache_upstream_up") == 0);
-  // Retries are debug lines: one warning and one error for the whole outage.
-  CHECK(CountLines(log, "upstream " + Addr(origin_port) + ": ") == 1);  // "...: <error>; retrying"
+  // Retries are debug lines: for the whole outage one error, and at most one warning (the first
+  // failed attempt's; a silent upstream fails no attempt before the probe finds it out).
+  CHECK(CountLines(log, "upstream " + Addr(origin_port) + ": ") <= 1);  // "...: <error>; retrying"
   CHECK(CountLines(log, "upstream " + Addr(origin_port) + " is unreachable") == 1);
   CHECK(CountLines(log, "retrying shard") == 0);
 
-  // The origin comes back: the same loader reads on.
-  origin = std::make_unique<Process>(std::vector<std::string>{Bin("shardcached"), "--config", origin_cfg},
-                                     f.dir / "origin2.log");
+  // The origin answers again: the same loader reads on.
+  origin.Signal(SIGCONT);
   const bool back = Eventually([&] { return Http(metrics_port, "/ready").first == 200; }, 15s);
-  INFO("node log after the restart:\n" << LogTail(log) << "\norigin log:\n" << LogTail(f.dir / "origin2.log"));
+  INFO("node log after SIGCONT:\n" << LogTail(log));
   REQUIRE(back);
   // The pipeline reports a failed batch once, and the assembly retried during the outage
   // failed too: at most that one stale error, then batches again.
