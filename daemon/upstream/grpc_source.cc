@@ -208,6 +208,7 @@ GrpcSource::~GrpcSource() {
     for (FetchTask* t : running_conn_) {
       if (t != nullptr) t->Cancel();
     }
+    if (probe_ctx_ != nullptr) probe_ctx_->TryCancel();  // shutdown does not wait out a probe
     dropped.swap(demand_);
     for (auto& t : prefetch_) dropped.push_back(std::move(t));
     prefetch_.clear();
@@ -283,12 +284,13 @@ void GrpcSource::ProbeLoop() {
       probe_cv_.wait_for(lock, std::min<std::chrono::milliseconds>(quiet, std::chrono::seconds(1)));
       continue;
     }
-    lock.unlock();
     // The empty name is refused by the upstream's name check before anything is read.
     const auto started = Clock::now();
     grpc::ClientContext ctx;
     ctx.set_deadline(ToSystem(started + interval));
     AddAuth(&ctx);
+    probe_ctx_ = &ctx;
+    lock.unlock();
     v1::GetManifestRequest req;
     v1::GetManifestResponse resp;
     if (!probe) probe = v1::Origin::NewStub(NewChannel(-1));
@@ -302,8 +304,10 @@ void GrpcSource::ProbeLoop() {
       // Back: the data connections retry at once instead of waiting out their backoff.
       for (auto& c : connections_) grpc::experimental::ChannelResetConnectionBackoff(c->channel.get());
     }
-    health_.OnProbe(answer, started);
     lock.lock();
+    probe_ctx_ = nullptr;
+    if (stopping_) break;
+    health_.OnProbe(answer, started);
     // At most one probe a second, whatever wakes the loop.
     probe_cv_.wait_until(lock, started + std::chrono::seconds(1), [&] { return stopping_; });
   }

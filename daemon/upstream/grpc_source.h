@@ -202,6 +202,7 @@ class GrpcSource final : public ChunkSource {
   std::atomic<bool> waited_{false};  // work waited for a slot since the controller last looked
   bool stopping_ = false;                            // GUARDED_BY(mu_)
   std::condition_variable probe_cv_;                 // a failure wants a probe now, or stop
+  grpc::ClientContext* probe_ctx_ = nullptr;         // GUARDED_BY(mu_) the probe in flight
   std::vector<std::thread> workers_;
   std::thread prober_;
 
