@@ -4,9 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace shardcache {
 
@@ -82,6 +85,46 @@ Status MakeDirs(const std::string& path) {
   std::filesystem::create_directories(path, ec);
   if (ec) return ErrnoStatus(ec.value(), "create directory " + path);
   return Status::Ok();
+}
+
+namespace {
+
+// mountinfo escapes space, tab, newline and backslash in paths as \ooo (octal).
+std::string UnescapeMountPath(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && std::isdigit(static_cast<unsigned char>(s[i + 1]))) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> MountPointOf(const std::string& path) {
+  std::error_code ec;
+  const std::string real = std::filesystem::canonical(path, ec).string();
+  if (ec) return ErrnoStatus(ec.value(), "resolve " + path);
+  // Streamed: /proc files report a size of 0, so ReadFileToString would read nothing.
+  std::ifstream lines("/proc/self/mountinfo");
+  if (!lines) return ErrnoStatus(errno, "open /proc/self/mountinfo");
+  // Line: "ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS ..."; the longest mount point that is
+  // `real` or a directory above it is where its file system is mounted.
+  std::string best = "/";
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mount_point;
+    if (!(fields >> id >> parent >> dev >> root >> mount_point)) continue;
+    const std::string mp = UnescapeMountPath(mount_point);
+    const bool covers = mp == "/" || real == mp || real.rfind(mp + "/", 0) == 0;
+    if (covers && mp.size() > best.size()) best = mp;
+  }
+  return best;
 }
 
 AlignedBuffer::AlignedBuffer(size_t size) {

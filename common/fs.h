@@ -50,6 +50,11 @@ Status WriteFileAtomic(const std::string& path, const std::string& data);
 // mkdir -p.
 Status MakeDirs(const std::string& path);
 
+// The mount point of the file system holding `path` (an existing path; symlinks resolved), from
+// /proc/self/mountinfo: "/" for a directory on the root file system, `path` itself when a file
+// system is mounted right there. NotFound naming the path when it does not exist.
+Result<std::string> MountPointOf(const std::string& path);
+
 constexpr size_t kDirectIoAlign = 4096;
 
 inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }

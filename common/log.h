@@ -14,10 +14,14 @@
 namespace shardcache {
 
 // Configures the default logger: stderr, the given level ("trace".."critical", "off").
-// Under systemd (JOURNAL_STREAM set) the pattern drops the timestamp, since journald adds its
-// own.
+// When stderr is the journal (StderrIsJournal) each line starts with its syslog priority
+// ("<3>" error, "<4>" warning, "<6>" info, "<7>" debug; sd-daemon(3)) and carries no timestamp,
+// since journald adds its own.
 // Returns InvalidArgument for an unknown level name.
 Status SetupLogging(const std::string& level);
+// True when stderr is the stream systemd connected to the journal: JOURNAL_STREAM names its
+// device and inode.
+bool StderrIsJournal();
 Status SetLogLevel(const std::string& level);
 
 // Allows at most `per_second` events per second; the rest are counted and reported with the

@@ -85,19 +85,25 @@ std::vector<double> LatencyBuckets() {
   return b;
 }
 
-Registry::Family& Registry::FamilyFor(const std::string& name, const std::string& help, Kind kind) {
+Registry::Family& Registry::FamilyFor(const std::string& name, const std::string& help, Kind kind,
+                                      double unit) {
   auto it = families_.find(name);
   if (it == families_.end()) {
-    it = families_.emplace(name, Family{kind, help, {}, {}, {}}).first;
-  } else if (it->second.kind != kind) {
-    throw std::logic_error("metric " + name + " registered with two kinds");
+    it = families_.emplace(name, Family{kind, help, unit, {}, {}, {}}).first;
+  } else if (it->second.kind != kind || it->second.unit != unit) {
+    throw std::logic_error("metric " + name + " registered with two kinds or units");
   }
   return it->second;
 }
 
 Counter* Registry::GetCounter(const std::string& name, const std::string& help, const Labels& labels) {
+  return GetScaledCounter(name, help, 1, labels);
+}
+
+Counter* Registry::GetScaledCounter(const std::string& name, const std::string& help, double unit,
+                                    const Labels& labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = FamilyFor(name, help, Kind::kCounter).counters[RenderLabels(labels)];
+  auto& slot = FamilyFor(name, help, Kind::kCounter, unit).counters[RenderLabels(labels)];
   if (!slot) slot = std::make_unique<Counter>();
   return slot.get();
 }
@@ -117,16 +123,6 @@ Histogram* Registry::GetHistogram(const std::string& name, const std::string& he
   return slot.get();
 }
 
-void Registry::Remove(const std::string& name, const Labels& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = families_.find(name);
-  if (it == families_.end()) return;
-  const std::string key = RenderLabels(labels);
-  it->second.counters.erase(key);
-  it->second.gauges.erase(key);
-  it->second.histograms.erase(key);
-}
-
 std::string Registry::RenderPrometheus() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream out;
@@ -135,7 +131,11 @@ std::string Registry::RenderPrometheus() const {
     switch (f.kind) {
       case Kind::kCounter:
         out << "# TYPE " << name << " counter\n";
-        for (const auto& [l, c] : f.counters) out << name << l << ' ' << c->Value() << '\n';
+        for (const auto& [l, c] : f.counters) {
+          out << name << l << ' ';
+          if (f.unit == 1) out << c->Value() << '\n';
+          else out << FormatDouble(static_cast<double>(c->Value()) * f.unit) << '\n';
+        }
         break;
       case Kind::kGauge:
         out << "# TYPE " << name << " gauge\n";
@@ -173,7 +173,9 @@ double Registry::ValueOf(const std::string& name, const Labels& labels) const {
   auto it = families_.find(name);
   if (it == families_.end()) return -1;
   const std::string key = RenderLabels(labels);
-  if (auto c = it->second.counters.find(key); c != it->second.counters.end()) return static_cast<double>(c->second->Value());
+  if (auto c = it->second.counters.find(key); c != it->second.counters.end()) {
+    return static_cast<double>(c->second->Value()) * it->second.unit;
+  }
   if (auto g = it->second.gauges.find(key); g != it->second.gauges.end()) return g->second->Value();
   return -1;
 }

@@ -21,6 +21,12 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 class Counter {
  public:
   void Add(uint64_t n = 1) { v_.fetch_add(n, std::memory_order_relaxed); }
+  // Raises the counter to `total` and never lowers it: for counts kept elsewhere (the kernel's
+  // CPU time of this process), exported as they are.
+  void Advance(uint64_t total) {
+    uint64_t cur = v_.load(std::memory_order_relaxed);
+    while (cur < total && !v_.compare_exchange_weak(cur, total, std::memory_order_relaxed)) {}
+  }
   uint64_t Value() const { return v_.load(std::memory_order_relaxed); }
 
  private:
@@ -67,15 +73,18 @@ class Registry {
  public:
   // Each returns the existing metric when name+labels were registered before.
   Counter* GetCounter(const std::string& name, const std::string& help, const Labels& labels = {});
+  // A counter kept in integer multiples of `unit` (1e-6: microseconds) and exposed in the base
+  // unit its name carries (`_seconds_total`), so hot paths add integers while the exposition
+  // follows Prometheus naming. Every series of one family has the same unit.
+  Counter* GetScaledCounter(const std::string& name, const std::string& help, double unit,
+                            const Labels& labels = {});
   Gauge* GetGauge(const std::string& name, const std::string& help, const Labels& labels = {});
   Histogram* GetHistogram(const std::string& name, const std::string& help,
                           std::vector<double> bounds, const Labels& labels = {});
   // Prometheus text exposition format 0.0.4.
   std::string RenderPrometheus() const;
-  // Drops one series (a closed loader's); pointers to it must no longer be used. The family
-  // stays, so other series of the same name are unaffected. No effect when absent.
-  void Remove(const std::string& name, const Labels& labels);
-  // Value of a counter or gauge by name and labels, for tests and `shardctl status`; -1 if absent.
+  // Value of a counter (in its exposed unit) or gauge by name and labels, for tests and
+  // `shardctl status`; -1 if absent.
   double ValueOf(const std::string& name, const Labels& labels = {}) const;
 
   static Registry& Global();
@@ -85,11 +94,12 @@ class Registry {
   struct Family {
     Kind kind;
     std::string help;
+    double unit = 1;  // counters: exposed value = stored count x unit
     std::map<std::string, std::unique_ptr<Counter>> counters;   // key: rendered labels
     std::map<std::string, std::unique_ptr<Gauge>> gauges;
     std::map<std::string, std::unique_ptr<Histogram>> histograms;
   };
-  Family& FamilyFor(const std::string& name, const std::string& help, Kind kind);
+  Family& FamilyFor(const std::string& name, const std::string& help, Kind kind, double unit = 1);
 
   mutable std::mutex mu_;
   std::map<std::string, Family> families_;  // GUARDED_BY(mu_)

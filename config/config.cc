@@ -119,6 +119,29 @@ std::optional<uint64_t> ReadRate(const toml::node& n, const std::string& key, Pr
   return ReadUnits(n, key, p, &ParseRate, "a rate");
 }
 
+// A positive duration: "30s", "500ms", or an integer number of seconds.
+std::optional<std::chrono::milliseconds> ReadDuration(const toml::node& n, const std::string& key, Problems& p) {
+  std::optional<std::chrono::milliseconds> d;
+  if (auto i = n.value_exact<int64_t>()) {
+    if (*i > 0) d = std::chrono::seconds(*i);
+  } else if (auto s = n.value_exact<std::string>()) {
+    auto r = ParseDuration(*s);
+    if (!r.ok()) {
+      p.Add(key, r.status().message(), &n);
+      return std::nullopt;
+    }
+    d = *r;
+  } else {
+    p.Add(key, "expected a duration such as \"30s\", got " + TypeName(n), &n);
+    return std::nullopt;
+  }
+  if (!d || d->count() <= 0) {
+    p.Add(key, "must be greater than zero", &n);
+    return std::nullopt;
+  }
+  return d;
+}
+
 std::optional<std::vector<uint32_t>> ReadIdList(const toml::node& n, const std::string& key,
                                                 Problems& p) {
   const toml::array* a = n.as_array();
@@ -251,6 +274,11 @@ const std::vector<KeySpec>& Specs() {
           }
         },
         SC_SAME(cache.dir));
+    add("cache.require_mount", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadBool(n, k, p)) c.cache.require_mount = *v;
+        },
+        SC_SAME(cache.require_mount));
     add("cache.size", true,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadSize(n, k, p)) c.cache.size_bytes = *v;
@@ -292,8 +320,10 @@ const std::vector<KeySpec>& Specs() {
     add("cache.segment_size", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadSize(n, k, p)) {
-            if (*v < (1u << 20) || *v % kDirectIoAlign != 0) {
-              p.Add(k, FormatBytes(*v) + " must be at least 1 MiB and a multiple of 4 KiB", &n);
+            if (*v < kMinSegmentBytes || *v % kDirectIoAlign != 0) {
+              p.Add(k, FormatBytes(*v) + " must be at least " + FormatBytes(kMinSegmentBytes) +
+                           " (two chunks of the default 4 MiB chunk size; a chunk larger than a "
+                           "segment is never cached) and a multiple of 4 KiB", &n);
             } else {
               c.cache.segment_size_bytes = *v;
             }
@@ -317,27 +347,14 @@ const std::vector<KeySpec>& Specs() {
         SC_SAME(fetch.max_connections));
     add("fetch.timeout", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
-          std::optional<std::chrono::milliseconds> d;
-          if (auto i = n.value_exact<int64_t>()) {
-            if (*i > 0) d = std::chrono::seconds(*i);
-          } else if (auto s = n.value_exact<std::string>()) {
-            auto r = ParseDuration(*s);
-            if (!r.ok()) {
-              p.Add(k, r.status().message(), &n);
-              return;
-            }
-            d = *r;
-          } else {
-            p.Add(k, "expected a duration such as \"30s\", got " + TypeName(n), &n);
-            return;
-          }
-          if (!d || d->count() <= 0) {
-            p.Add(k, "must be greater than zero", &n);
-            return;
-          }
-          c.fetch.timeout = *d;
+          if (auto d = ReadDuration(n, k, p)) c.fetch.timeout = *d;
         },
         SC_SAME(fetch.timeout));
+    add("fetch.outage_timeout", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto d = ReadDuration(n, k, p)) c.fetch.outage_timeout = *d;
+        },
+        SC_SAME(fetch.outage_timeout));
     add("fetch.retries", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadCount(n, k, p, 0, 100)) c.fetch.retries = *v;
@@ -473,7 +490,7 @@ std::string TrimRight(std::string s) {
 }
 
 // Rules that involve more than one key.
-void CheckTogether(Config& c, bool upstream_seen, Problems& p) {
+void CheckTogether(Config& c, bool upstream_seen, ReferencedFiles files, Problems& p) {
   if (!upstream_seen) p.Add("upstream", "missing (required: file:///DIR, grpc://HOST:PORT or grpcs://HOST:PORT)");
   if (c.fetch.connections > c.fetch.max_connections) {
     p.Add("fetch.connections", std::to_string(c.fetch.connections) + " exceeds fetch.max_connections (" +
@@ -492,12 +509,12 @@ void CheckTogether(Config& c, bool upstream_seen, Problems& p) {
   }
   for (auto [key, path] : {std::pair{"tls.cert", &c.tls.cert}, std::pair{"tls.key", &c.tls.key},
                            std::pair{"tls.ca", &c.tls.ca}}) {
-    if (path->empty()) continue;
+    if (path->empty() || files == ReferencedFiles::kSkip) continue;
     if (auto r = ReadFileToString(*path); !r.ok()) p.Add(key, r.status().message());
   }
   if (!c.auth.token.empty() && !c.auth.token_file.empty()) {
     p.Add("auth.token", "set either auth.token or auth.token_file, not both");
-  } else if (!c.auth.token_file.empty()) {
+  } else if (!c.auth.token_file.empty() && files == ReferencedFiles::kRead) {
     auto r = ReadFileToString(c.auth.token_file);
     if (!r.ok()) {
       p.Add("auth.token_file", r.status().message());
@@ -577,7 +594,7 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(v * ms_per)));
 }
 
-Result<Config> ParseConfig(const std::string& text, const std::string& where) {
+Result<Config> ParseConfig(const std::string& text, const std::string& where, ReferencedFiles files) {
   toml::table root;
   try {
     root = toml::parse(text, where);
@@ -590,14 +607,14 @@ Result<Config> ParseConfig(const std::string& text, const std::string& where) {
   Config c;
   Problems p;
   Walk(root, "", c, p);
-  CheckTogether(c, root.contains("upstream"), p);
+  CheckTogether(c, root.contains("upstream"), files, p);
   if (!p.empty()) return p.ToStatus(where);
   return c;
 }
 
-Result<Config> LoadConfig(const std::string& path) {
+Result<Config> LoadConfig(const std::string& path, ReferencedFiles files) {
   SC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  return ParseConfig(text, path);
+  return ParseConfig(text, path, files);
 }
 
 const std::vector<KeyInfo>& KnownKeys() {

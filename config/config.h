@@ -48,6 +48,12 @@ struct MinFree {
   bool operator==(const MinFree&) const = default;
 };
 
+// Smallest cache.segment_size: two chunks of the default chunk size (shardctl index
+// --chunk-bytes, 4 MiB), so that a segment sealed with a chunk that no longer fits wastes at most
+// half of it. A dataset indexed with chunks larger than a segment is served but its chunks are
+// not cached (logged once per dataset, counted in shardcache_cache_unstored_chunks_total).
+constexpr uint64_t kMinSegmentBytes = 8ull << 20;
+
 struct Config {
   // Required. See Upstream.
   std::string upstream;
@@ -61,6 +67,9 @@ struct Config {
 
   struct Cache {
     std::string dir = "/var/cache/shardcache";
+    // Refuse to start unless `dir` is a mount point other than "/" (the cache disk is mounted
+    // there), and never create it.
+    bool require_mount = false;
     uint64_t size_bytes = 0;                      // NVMe tier budget; 0 = no NVMe tier
     uint64_t memory_size_bytes = 256ull << 20;    // DRAM tier budget; 0 = no DRAM tier
     MinFree min_free;
@@ -74,6 +83,9 @@ struct Config {
     uint32_t connections = 8;                     // initial upstream HTTP/2 connections
     uint32_t max_connections = 16;                // ceiling when adapting to the link
     std::chrono::milliseconds timeout{60000};     // deadline of one upstream call
+    // How long reads wait for an upstream that stopped answering before they fail with
+    // Unavailable (naming the upstream and its last error).
+    std::chrono::milliseconds outage_timeout{30000};
     uint32_t retries = 5;                         // attempts after the first, jittered backoff
     uint64_t prefetch_bytes = 256ull << 20;       // per-loader lookahead of planned prefetch
     bool operator==(const Fetch&) const = default;
@@ -113,12 +125,17 @@ struct Config {
   bool operator==(const Config&) const = default;
 };
 
+// What parsing may touch besides the text.
+enum class ReferencedFiles {
+  kRead,  // check that tls.cert/key/ca can be read, read auth.token_file (the daemon)
+  kSkip,  // neither: for tools that need only addresses, run by users who may not read secrets
+};
 // Parses TOML text. `where` names the source in messages (a path, "<string>"). On failure the
 // status is InvalidArgument with one line per problem: "where: N problem(s)\n  key: what".
-// Reads auth.token_file when set.
-Result<Config> ParseConfig(const std::string& text, const std::string& where = "<config>");
+Result<Config> ParseConfig(const std::string& text, const std::string& where = "<config>",
+                           ReferencedFiles files = ReferencedFiles::kRead);
 // Reads and parses a file; NotFound / PermissionDenied name the path.
-Result<Config> LoadConfig(const std::string& path);
+Result<Config> LoadConfig(const std::string& path, ReferencedFiles files = ReferencedFiles::kRead);
 
 // Every key the parser accepts, with whether SIGHUP applies it to the running daemon.
 struct KeyInfo {

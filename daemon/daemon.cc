@@ -53,7 +53,7 @@ Status Daemon::StartAdmin() {
   admin::AdminHandlers h;
   h.status_json = [this] { return StatusJson(); };
   h.evict = [this](const std::string& d) { return EvictDataset(d); };
-  h.ready = [this] { return ready(); };
+  h.ready = [this] { return Readiness(); };
   admin_ = std::make_unique<admin::AdminServer>(o, std::move(h));
   return admin_->Start();
 }
@@ -76,6 +76,7 @@ Status Daemon::BuildUpstream() {
   o.max_connections = static_cast<int>(config_.fetch.max_connections);
   o.bandwidth_bytes_per_s = config_.fetch.bandwidth_bytes_per_s;
   o.call_timeout = config_.fetch.timeout;
+  o.outage_timeout = config_.fetch.outage_timeout;
   o.max_retries = static_cast<int>(config_.fetch.retries);
   auto source = upstream::GrpcSource::Create(std::move(o));
   if (!source.ok()) return source.status().WithContext("upstream " + config_.upstream);
@@ -95,6 +96,7 @@ Status Daemon::BuildCache(const std::function<void(const std::string&)>& progres
   }
   cache::CacheOptions o;
   o.dir = config_.cache.dir;
+  o.require_mount = config_.cache.require_mount;
   o.size_bytes = config_.cache.size_bytes;
   o.memory_bytes = config_.cache.memory_size_bytes;
   o.min_free_fraction = config_.cache.min_free.bytes == 0 ? config_.cache.min_free.percent / 100.0 : 0;
@@ -276,11 +278,36 @@ Daemon::ReloadOutcome Daemon::ApplyReload(const config::Config& loaded) {
   return out;
 }
 
+admin::Readiness Daemon::Readiness() const {
+  admin::Readiness r;
+  r.serving = ready();
+  if (!r.serving) return r;
+  if (parts_->grpc != nullptr) {
+    const auto h = parts_->grpc->health();
+    if (!h.up) {
+      r.failing.emplace_back("upstream", h.last_error.empty()
+                                             ? config_.upstream + " has not answered yet"
+                                             : config_.upstream + " unreachable for " +
+                                                   std::to_string(static_cast<int64_t>(h.down_seconds)) +
+                                                   " s: " + h.last_error);
+    }
+  }
+  if (parts_->cache) {
+    if (std::string problem = parts_->cache->disk_problem(); !problem.empty()) {
+      r.failing.emplace_back("cache_disk", config_.cache.dir + ": " + problem);
+    }
+  }
+  return r;
+}
+
 std::string Daemon::StatusJson() const {
   nlohmann::json j;
-  const bool is_ready = ready();
-  j["health"] = is_ready ? "ok" : "starting";
-  j["ready"] = is_ready;
+  const admin::Readiness readiness = Readiness();
+  const bool is_ready = readiness.serving;
+  j["health"] = !is_ready ? "starting" : readiness.failing.empty() ? "ok" : "degraded";
+  j["ready"] = is_ready && readiness.failing.empty();
+  j["problems"] = nlohmann::json::array();
+  for (const auto& [check, problem] : readiness.failing) j["problems"].push_back(check + ": " + problem);
   j["version"] = Version();
   j["pid"] = static_cast<int64_t>(getpid());
   j["uptime_seconds"] =
@@ -326,6 +353,9 @@ std::string Daemon::StatusJson() const {
       j["tiers"].push_back({{"name", "nvme"},
                             {"used_bytes", cs.nvme.segment_allocated_bytes + cs.nvme.index_bytes},
                             {"budget_bytes", cs.nvme.size_bytes},
+                            {"configured_budget_bytes", cs.nvme.configured_size_bytes},
+                            {"healthy", cs.nvme.disk_problem.empty()},
+                            {"problem", cs.nvme.disk_problem},
                             {"entries", cs.nvme.entries},
                             {"segments", cs.nvme.segments},
                             {"hits", cs.hits_nvme},
@@ -348,6 +378,10 @@ std::string Daemon::StatusJson() const {
     j["upstream"]["checksum_failures"] = gs.checksum_failures;
     j["upstream"]["streams"] = gs.stream_limit;
     j["upstream"]["goodput_bytes_per_second"] = gs.goodput_bytes_per_s;
+    const auto h = parts_->grpc->health();
+    j["upstream"]["up"] = h.up;
+    j["upstream"]["down_seconds"] = h.down_seconds;
+    j["upstream"]["last_error"] = h.last_error;
   }
   if (is_ready && parts_->local) {
     j["clients"] = nlohmann::json::parse(parts_->local->StatsJson(), nullptr, false);

@@ -18,7 +18,8 @@
 // values so the next reload compares against what actually runs.
 //
 // Thread safety: Start(), Stop() and ApplyReload() from one controlling thread (main).
-// StatusJson(), EvictDataset() and ready() from any thread (the admin server's workers).
+// StatusJson(), Readiness(), EvictDataset() and ready() from any thread (the admin server's
+// workers).
 #pragma once
 
 #include <atomic>
@@ -36,6 +37,7 @@
 
 namespace shardcache::admin {
 class AdminServer;
+struct Readiness;
 }
 
 namespace shardcache::daemon {
@@ -62,8 +64,13 @@ class Daemon {
   };
   ReloadOutcome ApplyReload(const config::Config& loaded);
 
-  // The /status document (see admin_server.h), as JSON.
+  // The /status document (see admin_server.h), as JSON: health "starting", "ok" or "degraded"
+  // (a failing check, or the datasets could not be listed) and the problems.
   std::string StatusJson() const;
+  // What /ready reports: serving, and the failing checks — "upstream" (a grpc upstream that has
+  // not answered yet or is unreachable, upstream_health.h) and "cache_disk" (the NVMe tier's
+  // disk is failing, disk_health.h).
+  admin::Readiness Readiness() const;
   // Drops every cached chunk of `dataset` (all versions). FailedPrecondition when there is no
   // cache tier.
   Status EvictDataset(const std::string& dataset);

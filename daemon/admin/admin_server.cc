@@ -1,5 +1,8 @@
 #include "daemon/admin/admin_server.h"
 
+#include <algorithm>
+#include <set>
+
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -53,6 +56,8 @@ AdminServer::AdminServer(AdminOptions options, AdminHandlers handlers)
 AdminServer::~AdminServer() { Stop(); }
 
 void AdminServer::Route() {
+  // Every path's request counter exists, at zero, from the start.
+  for (const char* path : {"/metrics", "/status", "/ready", "/evict"}) RequestCounter(path);
   auto& s = *server_;
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     static auto* requests = RequestCounter("/metrics");
@@ -67,10 +72,32 @@ void AdminServer::Route() {
     process_metrics_.Update();
     res.set_content(handlers_.status_json(), "application/json");
   });
-  s.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
-    const bool ready = handlers_.ready();
-    res.status = ready ? 200 : 503;
-    res.set_content(ready ? "ready\n" : "starting\n", "text/plain");
+  s.Get("/ready", [this](const httplib::Request& req, httplib::Response& res) {
+    static auto* requests = RequestCounter("/ready");
+    requests->Add();
+    std::set<std::string> excluded;
+    for (size_t i = 0; i < req.get_param_value_count("exclude"); ++i) {
+      const std::string check = req.get_param_value("exclude", i);
+      if (std::find(std::begin(kReadinessChecks), std::end(kReadinessChecks), check) == std::end(kReadinessChecks)) {
+        res.status = 400;
+        res.set_content("unknown check '" + check + "' in exclude= (upstream, cache_disk)\n", "text/plain");
+        return;
+      }
+      excluded.insert(check);
+    }
+    const Readiness r = handlers_.ready();
+    if (!r.serving) {
+      res.status = 503;
+      res.set_content("starting\n", "text/plain");
+      return;
+    }
+    std::string failing, ignored;
+    for (const auto& [check, problem] : r.failing) {
+      if (excluded.count(check)) ignored += "excluded " + check + ": " + problem + "\n";
+      else failing += check + ": " + problem + "\n";
+    }
+    res.status = failing.empty() ? 200 : 503;
+    res.set_content(failing.empty() ? "ready\n" + ignored : "degraded\n" + failing + ignored, "text/plain");
   });
   s.Post("/evict", [this](const httplib::Request& req, httplib::Response& res) {
     static auto* requests = RequestCounter("/evict");

@@ -5,8 +5,13 @@
 //   GET  /status                JSON status document (health, upstream, tiers, datasets, clients),
 //                               produced by the daemon's StatusJson handler.
 //   POST /evict?dataset=NAME    drops a dataset's chunks from the cache tiers; JSON reply.
-//   GET  /ready                 200 once the daemon is ready (recovery done, servers up), else 503
-//                               (a readiness probe for Kubernetes).
+//   GET  /ready                 200 once the daemon serves (recovery done, servers up) and every
+//                               check passes; 503 otherwise, the body saying why: "starting", or
+//                               "degraded" and one "CHECK: problem" line per failing check
+//                               (upstream, cache_disk). `?exclude=CHECK` (repeatable, as in
+//                               Kubernetes' /readyz) ignores a check: a tier that should keep
+//                               serving what it has cached while its upstream is down probes
+//                               /ready?exclude=upstream.
 //
 // The endpoint is unauthenticated: keep it on loopback or behind a firewall (the default
 // listen.metrics is 127.0.0.1:9750).
@@ -19,6 +24,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "daemon/admin/nvml_metrics.h"
@@ -39,10 +46,19 @@ struct AdminOptions {
   bool gpu_metrics = true;
 };
 
+// What /ready reports.
+struct Readiness {
+  bool serving = false;  // started, not stopping
+  // Failing checks while serving: (check name, problem), e.g. ("upstream", "... unreachable").
+  std::vector<std::pair<std::string, std::string>> failing;
+};
+// The checks /ready knows (and ?exclude= accepts).
+inline constexpr const char* kReadinessChecks[] = {"upstream", "cache_disk"};
+
 struct AdminHandlers {
   std::function<std::string()> status_json;                  // required
   std::function<Status(const std::string& dataset)> evict;   // required
-  std::function<bool()> ready;                               // required
+  std::function<Readiness()> ready;                          // required
 };
 
 class AdminServer {

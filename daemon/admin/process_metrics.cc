@@ -13,7 +13,8 @@ namespace shardcache::admin {
 ProcessMetrics::ProcessMetrics(metrics::Registry& r)
     : resident_bytes_(r.GetGauge("shardcache_process_resident_bytes", "Resident set size of the daemon")),
       virtual_bytes_(r.GetGauge("shardcache_process_virtual_bytes", "Virtual memory size of the daemon")),
-      cpu_seconds_(r.GetGauge("shardcache_process_cpu_seconds", "User + system CPU time used by the daemon")),
+      cpu_ticks_(r.GetScaledCounter("shardcache_process_cpu_seconds_total", "User + system CPU time used by the daemon",
+                                    1.0 / static_cast<double>(sysconf(_SC_CLK_TCK)))),
       uptime_seconds_(r.GetGauge("shardcache_process_uptime_seconds", "Seconds since the daemon started")),
       open_fds_(r.GetGauge("shardcache_process_open_fds", "Open file descriptors of the daemon")),
       threads_(r.GetGauge("shardcache_process_threads", "Threads of the daemon")) {}
@@ -21,7 +22,6 @@ ProcessMetrics::ProcessMetrics(metrics::Registry& r)
 void ProcessMetrics::Update() {
   uptime_seconds_->Set(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
-  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
   {
     std::ifstream statm("/proc/self/statm");
     double size_pages = 0, resident_pages = 0;
@@ -39,13 +39,14 @@ void ProcessMetrics::Update() {
       std::istringstream in(all.substr(close + 2));
       std::string field;
       // Fields after comm start at 3 (state); utime is 14, stime 15, num_threads 20.
-      double utime = 0, stime = 0, nthreads = 0;
+      uint64_t utime = 0, stime = 0;
+      double nthreads = 0;
       for (int i = 3; i <= 20 && (in >> field); ++i) {
-        if (i == 14) utime = std::stod(field);
-        if (i == 15) stime = std::stod(field);
+        if (i == 14) utime = std::stoull(field);
+        if (i == 15) stime = std::stoull(field);
         if (i == 20) nthreads = std::stod(field);
       }
-      if (ticks > 0) cpu_seconds_->Set((utime + stime) / ticks);
+      cpu_ticks_->Advance(utime + stime);
       threads_->Set(nthreads);
     }
   }

@@ -1,7 +1,9 @@
-// ProcessMetrics: gauges describing the daemon process itself (resident memory, CPU time,
-// uptime, open descriptors), refreshed from /proc each time /metrics is scraped.
+// ProcessMetrics: metrics describing the daemon process itself (resident memory, CPU time,
+// uptime, open descriptors), refreshed from /proc each time /metrics is scraped. CPU time is a
+// counter (shardcache_process_cpu_seconds_total, kept in clock ticks): it only grows, and
+// rate() over it is the CPU share.
 //
-// Thread safety: Update() may be called from any thread; the gauges are atomics.
+// Thread safety: Update() may be called from any thread; the metrics are atomics.
 #pragma once
 
 #include <chrono>
@@ -20,7 +22,7 @@ class ProcessMetrics {
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   metrics::Gauge* resident_bytes_;
   metrics::Gauge* virtual_bytes_;
-  metrics::Gauge* cpu_seconds_;
+  metrics::Counter* cpu_ticks_;
   metrics::Gauge* uptime_seconds_;
   metrics::Gauge* open_fds_;
   metrics::Gauge* threads_;

@@ -25,8 +25,19 @@ const CacheMetrics& CacheMetrics::Get() {
     c.admission_declined = r.GetCounter("shardcache_cache_admission_declined_total",
                                         "Chunks the eviction policy declined to store (static full, clairvoyant bypass)");
     c.written_bytes = r.GetCounter("shardcache_cache_written_bytes_total", "Bytes written to NVMe segments");
+    const char* unstored = "Verified chunks served but not stored on NVMe, by reason";
+    c.unstored_larger_than_segment =
+        r.GetCounter("shardcache_cache_unstored_chunks_total", unstored, {{"reason", "larger_than_segment"}});
+    c.unstored_disk_failing =
+        r.GetCounter("shardcache_cache_unstored_chunks_total", unstored, {{"reason", "disk_failing"}});
+    c.nvme_errors = r.GetCounter("shardcache_cache_nvme_errors_total",
+                                 "I/O errors of the NVMe tier (reads, writes, syncs, allocations, index commits)");
+    c.nvme_healthy = r.GetGauge("shardcache_cache_nvme_healthy",
+                                "0 while the NVMe tier's disk is failing (gone, I/O errors, full), else 1");
+    c.nvme_healthy->Set(1);
     c.nvme_used_bytes = r.GetGauge("shardcache_cache_nvme_used_bytes", "Allocated bytes of the NVMe tier (segments + index)");
-    c.nvme_budget_bytes = r.GetGauge("shardcache_cache_nvme_budget_bytes", "cache.size");
+    c.nvme_budget_bytes = r.GetGauge("shardcache_cache_nvme_budget_bytes",
+                                   "NVMe budget in effect: cache.size, or what the file system holds above min_free");
     c.dram_used_bytes = r.GetGauge("shardcache_cache_dram_used_bytes", "Chunk bytes held by the DRAM tier");
     c.dram_budget_bytes = r.GetGauge("shardcache_cache_dram_budget_bytes", "cache.memory_size");
     c.nvme_read_seconds = r.GetHistogram("shardcache_cache_nvme_read_seconds",

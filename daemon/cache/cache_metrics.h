@@ -23,6 +23,10 @@ struct CacheMetrics {
   metrics::Counter* enospc_passthrough;
   metrics::Counter* admission_declined;
   metrics::Counter* written_bytes;
+  metrics::Counter* unstored_larger_than_segment;  // chunks whose extent exceeds a segment
+  metrics::Counter* unstored_disk_failing;         // chunks not stored while the disk failed
+  metrics::Counter* nvme_errors;                   // I/O errors of the NVMe tier
+  metrics::Gauge* nvme_healthy;                    // 1 unless the NVMe tier's disk is failing
   metrics::Gauge* nvme_used_bytes;    // allocated segment bytes + index bytes
   metrics::Gauge* nvme_budget_bytes;
   metrics::Gauge* dram_used_bytes;

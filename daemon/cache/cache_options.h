@@ -24,8 +24,12 @@ const char* EvictionPolicyName(EvictionPolicyKind kind);
 
 struct CacheOptions {
   // Directory holding the segment files (seg-<id>.dat) and the RocksDB index (index/).
-  // Created when missing. Required when size_bytes > 0.
+  // Created when missing, unless require_mount. Required when size_bytes > 0.
   std::string dir;
+
+  // Refuse to open unless `dir` is a mount point of its own (see cache_dir.h); never create
+  // it. Default: false.
+  bool require_mount = false;
 
   // Hard budget for everything under `dir`, in allocated bytes: segment files plus the RocksDB
   // index. 0 = no NVMe tier (pass-through with single-flight and the DRAM tier only).
@@ -44,9 +48,10 @@ struct CacheOptions {
 
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
 
-  // Size of one segment file, the unit of allocation and eviction. Multiple of 4 KiB and at
-  // least as large as one chunk (rounded up to 4 KiB). Not changeable at run time (existing
-  // segments keep their size). Default: 256 MiB.
+  // Size of one segment file, the unit of allocation and eviction. Multiple of 4 KiB. A chunk
+  // whose extent (NvmeStore::ExtentBytes) is larger is served but never stored (counted in
+  // shardcache_cache_unstored_chunks_total); config/ refuses segments below two default-sized
+  // chunks. Not changeable at run time (existing segments keep their size). Default: 256 MiB.
   uint64_t segment_bytes = 256ull << 20;
 
   // Bytes of the budget set aside for the RocksDB index (SST files, WAL, MANIFEST). 0 = auto:

@@ -41,9 +41,11 @@ Result<std::unique_ptr<CachedSource>> CachedSource::Open(const CacheOptions& opt
     SC_ASSIGN_OR_RETURN(src->store_, NvmeStore::Open(options, &src->plan_));
   }
   const auto& m = CacheMetrics::Get();
-  m.nvme_budget_bytes->Set(static_cast<double>(options.size_bytes));
+  // The NVMe budget in effect: cache.size fitted to the file system (cache_dir.h).
+  const uint64_t nvme_bytes = src->store_ ? src->store_->Stats().size_bytes : 0;
+  m.nvme_budget_bytes->Set(static_cast<double>(nvme_bytes));
   m.dram_budget_bytes->Set(static_cast<double>(options.memory_bytes));
-  spdlog::info("cache: ready (nvme {} in {}, dram {}, eviction {})", FormatBytes(options.size_bytes),
+  spdlog::info("cache: ready (nvme {} in {}, dram {}, eviction {})", FormatBytes(nvme_bytes),
                options.size_bytes ? options.dir : std::string("-"), FormatBytes(options.memory_bytes),
                EvictionPolicyName(options.eviction));
   return src;
@@ -74,6 +76,13 @@ Result<DatasetPtr> CachedSource::OpenDataset(const std::string& name) {
     if (changed && store_) {
       Status s = store_->index_db().PutBlob(ManifestKey(name), (*fresh)->manifest_bytes);
       if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: remembering manifest of '{}': {}", name, s.ToString());
+      const uint64_t chunk_bytes = (*fresh)->manifest.chunk_bytes();
+      if (NvmeStore::ExtentBytes(chunk_bytes) > options_.segment_bytes) {
+        spdlog::error("cache: dataset '{}' has {} chunks, which do not fit a {} segment (cache.segment_size): "
+                      "they are served but never cached; set cache.segment_size to at least {}",
+                      name, FormatBytes(chunk_bytes), FormatBytes(options_.segment_bytes),
+                      FormatBytes(2 * NvmeStore::ExtentBytes(chunk_bytes)));
+      }
     }
     return fresh;
   }

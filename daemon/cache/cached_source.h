@@ -104,6 +104,8 @@ class CachedSource final : public ChunkSource {
   }
 
   CacheStats Stats() const;
+  // Why the NVMe tier's disk is failing (disk_health.h); "" when it is not, or there is none.
+  std::string disk_problem() const { return store_ ? store_->disk_problem() : std::string(); }
   ChunkSource& upstream() { return *upstream_; }
 
  private:

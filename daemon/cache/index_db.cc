@@ -13,7 +13,6 @@
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
-#include "common/log.h"
 
 namespace shardcache::cache {
 namespace {
@@ -178,9 +177,9 @@ Status IndexDb::Write(const std::function<void(void*)>& fill, bool sync, const c
   wo.sync = sync;
   rocksdb::Status s = db_->Write(wo, &batch);
   if (!s.ok()) {
-    // After a background error (no space, I/O error) RocksDB is read-only until resumed.
-    SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache index {}: {} failed ({}); trying DB::Resume",
-                        path_, what, s.ToString());
+    // After a background error (no space, I/O error) RocksDB is read-only until resumed. The
+    // failure itself reaches the caller, whose disk health logs it once (disk_health.h).
+    spdlog::debug("cache index {}: {} failed ({}); trying DB::Resume", path_, what, s.ToString());
     rocksdb::Status r = db_->Resume();
     if (r.ok()) s = db_->Write(wo, &batch);
   }

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <limits.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/units.h"
+#include "daemon/cache/cache_dir.h"
 #include "daemon/cache/cache_metrics.h"
 #include "daemon/cache/io_reader.h"
 
@@ -65,11 +65,14 @@ uint64_t NvmeStore::ExtentBytes(uint64_t length) {
   return AlignUp(length, kDirectIoAlign) + TableBytes(length);
 }
 
-NvmeStore::NvmeStore(const CacheOptions& options, std::unique_ptr<IndexDb> db, const AccessPlan* plan)
+NvmeStore::NvmeStore(const CacheOptions& options, uint64_t configured_size_bytes, std::unique_ptr<IndexDb> db,
+                     std::unique_ptr<DiskHealth> health, const AccessPlan* plan)
     : options_(options),
       db_(std::move(db)),
       policy_(MakeEvictionPolicy(options.eviction, plan)),
-      size_bytes_(options.size_bytes) {}
+      health_(std::move(health)),
+      size_bytes_(options.size_bytes),
+      configured_size_bytes_(configured_size_bytes) {}
 
 namespace {
 
@@ -124,24 +127,34 @@ Status SetIndexAside(const std::string& dir, const Status& why) {
 
 }  // namespace
 
-Result<std::unique_ptr<NvmeStore>> NvmeStore::OpenIndexAndRecover(const CacheOptions& options, const AccessPlan* plan) {
+Result<std::unique_ptr<NvmeStore>> NvmeStore::OpenIndexAndRecover(const CacheOptions& options,
+                                                                 uint64_t configured_size_bytes,
+                                                                 const AccessPlan* plan) {
+  SC_ASSIGN_OR_RETURN(auto health, DiskHealth::Open(options.dir));
   SC_ASSIGN_OR_RETURN(auto db, IndexDb::Open(options.dir + "/index", options.index_block_cache_bytes));
-  std::unique_ptr<NvmeStore> store(new NvmeStore(options, std::move(db), plan));
+  std::unique_ptr<NvmeStore> store(
+      new NvmeStore(options, configured_size_bytes, std::move(db), std::move(health), plan));
   SC_RETURN_IF_ERROR(store->Recover());
   return store;
 }
 
-Result<std::unique_ptr<NvmeStore>> NvmeStore::Open(const CacheOptions& options, const AccessPlan* plan) {
-  SC_RETURN_IF_ERROR(options.Validate());
-  if (options.size_bytes == 0) return InvalidArgument("NvmeStore needs cache.size > 0");
-  if (options.eviction == EvictionPolicyKind::kClairvoyant && plan == nullptr) {
+Result<std::unique_ptr<NvmeStore>> NvmeStore::Open(const CacheOptions& requested, const AccessPlan* plan) {
+  SC_RETURN_IF_ERROR(requested.Validate());
+  if (requested.size_bytes == 0) return InvalidArgument("NvmeStore needs cache.size > 0");
+  if (requested.eviction == EvictionPolicyKind::kClairvoyant && plan == nullptr) {
     return InvalidArgument("clairvoyant eviction needs an access plan");
   }
-  SC_RETURN_IF_ERROR(MakeDirs(options.dir));
-  auto opened = OpenIndexAndRecover(options, plan);
+  SC_RETURN_IF_ERROR(PrepareCacheDir(requested));
+  // A budget the file system cannot hold would be reported as if it could: use what it holds.
+  CacheOptions options = requested;
+  options.size_bytes = FitToFileSystem(requested, requested.size_bytes);
+  if (options.size_bytes != requested.size_bytes) {
+    SC_RETURN_IF_ERROR(options.Validate().WithContext("cache.size fitted to the file system of " + options.dir));
+  }
+  auto opened = OpenIndexAndRecover(options, requested.size_bytes, plan);
   if (!opened.ok() && IndexUnusable(opened.status())) {
     SC_RETURN_IF_ERROR(SetIndexAside(options.dir, opened.status()));
-    opened = OpenIndexAndRecover(options, plan);  // empty: the segment files are orphans and go
+    opened = OpenIndexAndRecover(options, requested.size_bytes, plan);  // empty: the segment files are orphans and go
   }
   SC_ASSIGN_OR_RETURN(auto store, std::move(opened));
   store->io_uring_ = IoReader::UsingIoUring(options.use_io_uring);
@@ -340,9 +353,7 @@ std::vector<ChunkPtr> NvmeStore::Lookup(std::span<const NvmeLookup> requests) {
     Job& j = jobs[k];
     const NvmeLookup& want = requests[j.index];
     if (!batch.ok() || !reads[k].status.ok()) {
-      SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: reading chunk {} from {}: {}; dropping it",
-                          want.key.ToString(), j.file->path(),
-                          (batch.ok() ? reads[k].status : batch).ToString());
+      health_->ReportIoError((batch.ok() ? reads[k].status : batch).WithContext("reading chunk " + want.key.ToString()));
       DropEntry(j.fp, j.loc);
       continue;
     }
@@ -455,8 +466,7 @@ std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
         if (io.ok() && !t.ok()) io = t;
       }
       if (!io.ok()) {
-        SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: reading chunk {} from {}: {}; dropping it",
-                            p.key.ToString(), j.file->path(), io.ToString());
+        health_->ReportIoError(io.WithContext("reading chunk " + p.key.ToString()));
         DropEntry(j.fp, j.loc);
         continue;
       }
@@ -521,7 +531,7 @@ bool NvmeStore::DropEntry(uint64_t fp, const Loc& loc) {
     RemoveFingerprintLocked(fp, loc.segment);
   }
   Status s = db_->DropEntries({EntryLocation{loc.segment, loc.offset}});
-  if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: {}", s.ToString());
+  if (!s.ok()) health_->ReportIoError(s);
   return true;
 }
 
@@ -541,6 +551,10 @@ void NvmeStore::RemoveFingerprintLocked(uint64_t fp, uint32_t segment) {
 
 bool NvmeStore::Insert(const ChunkKey& key, ChunkPtr chunk, Clock::time_point deadline) {
   if (!chunk) return false;
+  if (!health_->healthy()) {
+    CacheMetrics::Get().unstored_disk_failing->Add();
+    return false;
+  }
   const uint64_t bytes = chunk->bytes.size();
   std::unique_lock<std::mutex> lock(mu_);
   if (stop_ || index_.count(Fingerprint(key)) || pending_.count(key)) return false;
@@ -565,9 +579,14 @@ void NvmeStore::Flush() {
   idle_cv_.wait(lock, [&] { return stop_ || (queue_.empty() && !writer_busy_ && uncommitted_.empty()); });
 }
 
+void NvmeStore::ProbeDisk() {
+  health_->Probe(HeadroomAboveFloor(options_) >= static_cast<int64_t>(options_.segment_bytes));
+}
+
 void NvmeStore::WriterLoop() {
   auto last_commit = Clock::now();
   auto last_limits = Clock::now();
+  auto last_probe = Clock::now();
   const auto interval = std::chrono::milliseconds(options_.commit_interval_ms);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -596,7 +615,8 @@ void NvmeStore::WriterLoop() {
             last_commit = Clock::now();
           }
           EnforceLimits();
-          last_limits = Clock::now();
+          ProbeDisk();
+          last_limits = last_probe = Clock::now();
           lock.lock();
           writer_busy_ = false;
           idle_cv_.notify_all();
@@ -614,6 +634,10 @@ void NvmeStore::WriterLoop() {
     writer_busy_ = true;
     lock.unlock();
     StoreBatch(batch);
+    if (Clock::now() - last_probe >= std::chrono::seconds(1)) {  // busy: the idle tick above never runs
+      ProbeDisk();
+      last_probe = Clock::now();
+    }
     lock.lock();
     for (const auto& item : batch) {
       auto p = pending_.find(item.key);
@@ -636,16 +660,6 @@ void NvmeStore::WriterLoop() {
 uint64_t NvmeStore::IndexAllowance(uint64_t measured) const {
   const uint64_t reserve = options_.EffectiveIndexReserve();
   return std::max(reserve, measured + std::min(kIndexGrowthBytes, reserve / 2));
-}
-
-int64_t NvmeStore::HeadroomAboveFloor() const {
-  struct statvfs vfs;
-  if (statvfs(options_.dir.c_str(), &vfs) != 0) return INT64_MAX;
-  const double total = static_cast<double>(vfs.f_blocks) * vfs.f_frsize;
-  const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  const uint64_t floor = std::max<uint64_t>(static_cast<uint64_t>(options_.min_free_fraction * total),
-                                            options_.min_free_bytes);
-  return static_cast<int64_t>(avail) - static_cast<int64_t>(floor);
 }
 
 std::optional<uint32_t> NvmeStore::PickVictimLocked(std::optional<uint64_t> incoming) {
@@ -681,15 +695,15 @@ void NvmeStore::DropFiles(const std::vector<std::shared_ptr<SegmentFile>>& files
     // Index first (synced), then the file: a crash in between leaves an orphan file, which
     // start-up deletes, never an entry without its data.
     Status s = db_->DropSegment(f->id());
-    if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: {}", s.ToString());
+    if (!s.ok()) health_->ReportIoError(s);
     s = f->Unlink();
-    if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: {}", s.ToString());
+    if (!s.ok()) health_->ReportIoError(s);
   }
 }
 
 bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
   const uint64_t measured = db_->DiskBytes();
-  const int64_t headroom = HeadroomAboveFloor();
+  const int64_t headroom = HeadroomAboveFloor(options_);
   std::vector<std::shared_ptr<SegmentFile>> victims;
   uint32_t id = 0;
   bool declined = false;
@@ -733,10 +747,7 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
   if (declined && disk_full) {
     enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
     CacheMetrics::Get().enospc_passthrough->Add();
-    SC_LOG_RATE_LIMITED(spdlog::level::warn,
-                        "cache: file system of {} is at its free-space floor and the cache holds no segment "
-                        "to give back; serving without storing",
-                        options_.dir);
+    health_->ReportNoSpace("a new " + FormatBytes(options_.segment_bytes) + " segment");
     enospc_backoff_until_ = Clock::now() + std::chrono::seconds(1);
     return false;
   }
@@ -759,13 +770,17 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
     }
   }
   if (!file.ok()) {
-    enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
-    CacheMetrics::Get().enospc_passthrough->Add();
-    SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: cannot allocate a segment ({}); serving without storing",
-                        file.status().ToString());
+    if (file.status().code() == StatusCode::kResourceExhausted) {
+      enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
+      CacheMetrics::Get().enospc_passthrough->Add();
+      health_->ReportNoSpace(file.status().message());
+    } else {
+      health_->ReportIoError(file.status());
+    }
     enospc_backoff_until_ = Clock::now() + std::chrono::seconds(1);
     return false;
   }
+  health_->ReportSpace();
   std::lock_guard<std::mutex> lock(mu_);
   Segment seg;
   seg.file = std::move(*file);
@@ -822,9 +837,10 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
       if (w.code() == StatusCode::kResourceExhausted) {
         enospc_passthrough_.fetch_add(group.size(), std::memory_order_relaxed);
         CacheMetrics::Get().enospc_passthrough->Add(group.size());
+        health_->ReportNoSpace("writing " + std::to_string(group.size()) + " chunks to " + group_file->path());
+      } else {
+        health_->ReportIoError(w.WithContext("storing " + std::to_string(group.size()) + " chunks"));
       }
-      SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: storing {} chunks in {}: {}; serving without storing",
-                          group.size(), group_file->path(), w.ToString());
       group.clear();
       return;
     }
@@ -864,7 +880,16 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
     const uint64_t length = item.chunk->bytes.size();
     const uint64_t extent = ExtentBytes(length);
     const uint64_t fp = Fingerprint(item.key);
-    if (extent > options_.segment_bytes || length == 0 || length > UINT32_MAX) continue;
+    if (!health_->healthy()) {
+      CacheMetrics::Get().unstored_disk_failing->Add();
+      continue;
+    }
+    if (extent > options_.segment_bytes) {
+      // CachedSource names the dataset once (OpenDataset); every such chunk is counted.
+      CacheMetrics::Get().unstored_larger_than_segment->Add();
+      continue;
+    }
+    if (length == 0 || length > UINT32_MAX) continue;
     AlignedBuffer table = BlockTable(item.chunk->bytes.data(), length);  // outside mu_
     bool fits = false;
     {
@@ -932,14 +957,14 @@ void NvmeStore::Commit() {
   for (const auto& f : to_sync) {
     Status s = f->Sync();
     if (!s.ok()) {
-      SC_LOG_RATE_LIMITED(spdlog::level::err, "cache: {}; its new entries are not committed", s.ToString());
-      return;  // entries stay served from memory for this run, never become durable
+      health_->ReportIoError(s.WithContext("syncing before the commit of " + std::to_string(entries.size()) +
+                                           " entries (served from memory this run, never durable)"));
+      return;
     }
   }
   Status s = db_->Commit(entries, records, /*sync=*/true);
   if (!s.ok()) {
-    SC_LOG_RATE_LIMITED(spdlog::level::err, "cache: group commit of {} entries failed: {}", entries.size(),
-                        s.ToString());
+    health_->ReportIoError(s.WithContext("group commit of " + std::to_string(entries.size()) + " entries"));
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -953,7 +978,7 @@ void NvmeStore::EnforceLimits() {
   // Forced evictions while over the budget (after a shrink) or under the free-space floor.
   while (true) {
     const uint64_t measured = db_->DiskBytes();
-    const int64_t headroom = HeadroomAboveFloor();
+    const int64_t headroom = HeadroomAboveFloor(options_);
     std::shared_ptr<SegmentFile> victim;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -973,11 +998,13 @@ void NvmeStore::EnforceLimits() {
 }
 
 void NvmeStore::SetSizeBytes(uint64_t size_bytes) {
+  const uint64_t fitted = FitToFileSystem(options_, size_bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    size_bytes_ = size_bytes;
+    size_bytes_ = fitted;
+    configured_size_bytes_ = size_bytes;
   }
-  CacheMetrics::Get().nvme_budget_bytes->Set(static_cast<double>(size_bytes));
+  CacheMetrics::Get().nvme_budget_bytes->Set(static_cast<double>(fitted));
   EnforceLimits();
 }
 
@@ -1021,6 +1048,7 @@ NvmeStats NvmeStore::Stats() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     st.size_bytes = size_bytes_;
+    st.configured_size_bytes = configured_size_bytes_;
     st.segments = segments_.size();
     st.entries = index_.size();
     st.queued_bytes = queue_bytes_;
@@ -1039,6 +1067,7 @@ NvmeStats NvmeStore::Stats() const {
   st.queue_full_dropped = queue_full_dropped_.load();
   st.io_uring = io_uring_;
   st.policy = policy_->name();
+  st.disk_problem = disk_problem();
   return st;
 }
 

@@ -30,12 +30,18 @@
 //   (segments + 1) × segment_bytes + max(reserve, measured index + min(8 MiB, reserve/2)) + 8 KiB ≤ size
 // and the file system keeps its free-space floor; otherwise a victim segment is evicted
 // (policy decides; it may decline, and the chunk is then served but not stored). The index
-// allowance is the stated overhead: by default 8 MiB + size/512.
+// allowance is the stated overhead: by default 8 MiB + size/512. A size larger than the file
+// system can hold above its floor is fitted to it at Open and SetSizeBytes (cache_dir.h); Stats
+// reports both. A chunk whose extent is larger than a segment is never stored.
 //
 // Eviction of a segment: entries leave the map, one synced DeleteRange removes them from
 // RocksDB, then the file is unlinked (readers holding it keep their fd). ENOSPC while
 // allocating → one forced eviction and a retry, then pass-through (not stored) with a 1 s
 // back-off; RocksDB background errors → DB::Resume (index_db.cc).
+//
+// A failing disk (disk_health.h): every I/O error and lasting ENOSPC is reported to DiskHealth,
+// which the writer also probes about once a second; while it is failing nothing is queued or
+// written (chunks pass through) and a failed read is a miss.
 //
 // Start-up (Open) reads the index, not the segments: segment records and entries are
 // iterated, entries beyond a segment's durable watermark or in a missing/short file are
@@ -58,6 +64,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -66,6 +73,7 @@
 #include "daemon/cache/access_plan.h"
 #include "daemon/cache/cache_options.h"
 #include "daemon/cache/chunk_key.h"
+#include "daemon/cache/disk_health.h"
 #include "daemon/cache/eviction_policy.h"
 #include "daemon/cache/index_db.h"
 #include "daemon/cache/segment_file.h"
@@ -108,6 +116,7 @@ struct NvmeStats {
   uint64_t segment_allocated_bytes = 0;
   uint64_t index_bytes = 0;         // measured RocksDB directory
   uint64_t index_allowance_bytes = 0;
+  uint64_t configured_size_bytes = 0;  // cache.size as asked; size_bytes is what the file system holds
   uint64_t entries = 0;
   uint64_t queued_bytes = 0;
   uint64_t written_bytes = 0;
@@ -120,6 +129,7 @@ struct NvmeStats {
   uint64_t queue_full_dropped = 0;
   bool io_uring = false;
   const char* policy = "";
+  std::string disk_problem;         // why the disk is failing (disk_health.h); "" when healthy
 };
 
 class NvmeStore {
@@ -163,6 +173,8 @@ class NvmeStore {
   Status EvictVersion(const Hash128& version);
 
   NvmeStats Stats() const;
+  // Why the disk is failing (disk_health.h); "" while it is healthy.
+  std::string disk_problem() const { return health_->problem(); }
   const RecoveryStats& recovery() const { return recovery_; }
   const std::string& dir() const { return options_.dir; }
   // The RocksDB index, for small metadata blobs (manifests, sample indexes).
@@ -192,9 +204,12 @@ class NvmeStore {
     ChunkPtr chunk;
   };
 
-  NvmeStore(const CacheOptions& options, std::unique_ptr<IndexDb> db, const AccessPlan* plan);
+  NvmeStore(const CacheOptions& options, uint64_t configured_size_bytes, std::unique_ptr<IndexDb> db,
+            std::unique_ptr<DiskHealth> health, const AccessPlan* plan);
   Status Recover();
-  static Result<std::unique_ptr<NvmeStore>> OpenIndexAndRecover(const CacheOptions& options, const AccessPlan* plan);
+  static Result<std::unique_ptr<NvmeStore>> OpenIndexAndRecover(const CacheOptions& options,
+                                                                uint64_t configured_size_bytes,
+                                                                const AccessPlan* plan);
   void WriterLoop();
   // Writes a batch of queued chunks: extents that land back to back in one segment go out in
   // one pwritev, then are published together.
@@ -218,19 +233,21 @@ class NvmeStore {
   // Removes the entry if it still points at `loc`; true when this call removed it.
   bool DropEntry(uint64_t fp, const Loc& loc);
   uint64_t IndexAllowance(uint64_t measured_index_bytes) const;
-  // Bytes the file system may still hand out before hitting the floor (may be negative).
-  int64_t HeadroomAboveFloor() const;
+  // DiskHealth::Probe with the store's view of free space. Writer thread, not under mu_.
+  void ProbeDisk();
 
   const CacheOptions options_;
   const std::unique_ptr<IndexDb> db_;
   const std::unique_ptr<EvictionPolicy> policy_;
+  const std::unique_ptr<DiskHealth> health_;
   RecoveryStats recovery_;
 
   mutable std::mutex mu_;
   std::condition_variable writer_cv_;   // queue non-empty or stop
   std::condition_variable space_cv_;    // queue has room
   std::condition_variable idle_cv_;     // writer idle and everything committed
-  uint64_t size_bytes_;                                          // GUARDED_BY(mu_)
+  uint64_t size_bytes_;          // fitted to the file system       // GUARDED_BY(mu_)
+  uint64_t configured_size_bytes_;                               // GUARDED_BY(mu_)
   std::unordered_map<uint64_t, Loc> index_;                      // GUARDED_BY(mu_)
   std::map<uint32_t, Segment> segments_;                         // GUARDED_BY(mu_)
   uint32_t open_segment_ = 0;   // 0 = none; ids start at 1      // GUARDED_BY(mu_)

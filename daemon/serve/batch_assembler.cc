@@ -7,24 +7,13 @@
 #include <cstring>
 #include <map>
 
-#include "common/metrics.h"
+#include "daemon/serve/serve_metrics.h"
 
 namespace shardcache::serve {
 namespace {
 
 // Niceness of reader threads relative to the rest of the daemon (see WorkerLoop).
 constexpr int kReaderNice = 5;
-
-metrics::Counter* ChunksReadCounter() {
-  static auto* c = metrics::Registry::Global().GetCounter(
-      "shardcache_serve_chunk_reads_total", "Chunks read by the local service to assemble batches");
-  return c;
-}
-metrics::Counter* WarmReadCounter() {
-  static auto* c = metrics::Registry::Global().GetCounter(
-      "shardcache_serve_warm_reads_total", "Chunks read ahead of demand by the prefetcher");
-  return c;
-}
 
 }  // namespace
 
@@ -249,7 +238,7 @@ bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t
         ro.priority = FetchPriority::kPrefetch;
         ro.deadline = std::chrono::steady_clock::now() +
                       std::chrono::milliseconds(options_.read_timeout_ms);
-        if (source_.Prefetch(dataset, shard, first, count, ro).ok()) WarmReadCounter()->Add(count);
+        if (source_.Prefetch(dataset, shard, first, count, ro).ok()) ServeMetrics::Get().warm_reads->Add(count);
         // A failed warm-up is not an error: the demand read will retry and report it.
         std::lock_guard<std::mutex> l(mu_);
         --warm_inflight_;
@@ -360,7 +349,7 @@ void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t>
   for (size_t i = 0; i < job->runs.size(); ++i) {
     const PieceRun& r = job->runs[i];
     if (source_.ReadPiecesFromMemory(job->dataset, r.shard, r.pieces, FetchPriority::kDemand)) {
-      ChunksReadCounter()->Add(r.count);
+      ServeMetrics::Get().chunk_reads->Add(r.count);
     } else {
       to_read.push_back(i);
     }
@@ -375,7 +364,7 @@ void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t>
         [this, job, i] {
           const PieceRun& r = job->runs[i];
           Status s = source_.ReadPieces(job->dataset, r.shard, r.pieces, job->options);
-          if (s.ok()) ChunksReadCounter()->Add(r.count);
+          if (s.ok()) ServeMetrics::Get().chunk_reads->Add(r.count);
           {
             std::lock_guard<std::mutex> l(job->mu);
             if (!s.ok() && job->first_error.ok()) job->first_error = s;

@@ -18,23 +18,15 @@
 #include "common/metrics.h"
 #include "daemon/serve/arena.h"
 #include "daemon/serve/loader_request.h"
+#include "daemon/serve/serve_metrics.h"
 #include "dataset/megatron_format.h"
 #include "shardcache/local.pb.h"
 
 namespace shardcache::serve {
 namespace {
 
-metrics::Counter* RefusedCounter() {
-  static auto* c = metrics::Registry::Global().GetCounter(
-      "shardcache_serve_refused_connections_total",
-      "Local connections refused (peer credentials not allowed, or too many connections)");
-  return c;
-}
-metrics::Gauge* ConnectionsGauge() {
-  static auto* g = metrics::Registry::Global().GetGauge("shardcache_serve_connections",
-                                                        "Trainer connections to the local service");
-  return g;
-}
+metrics::Counter* RefusedCounter() { return ServeMetrics::Get().refused_connections; }
+metrics::Gauge* ConnectionsGauge() { return ServeMetrics::Get().connections; }
 
 // Reads exactly n bytes; false on EOF or error (errno set, 0 for a clean EOF).
 bool ReadFull(int fd, void* buf, size_t n) {
@@ -124,7 +116,9 @@ LocalService::LocalService(ChunkSource& source, LocalServiceOptions options)
       access_(PeerAccessOptions{options_.allowed_uids, options_.allowed_gids, options_.allowed_groups,
                                 options_.allow_root_and_self}),
       assembler_(source, options_.assembler),
-      lookahead_bytes_(options_.prefetch_lookahead_bytes) {}
+      lookahead_bytes_(options_.prefetch_lookahead_bytes) {
+  ServeMetrics::Get();  // every family of the local service exists, at zero, from the start
+}
 
 LocalService::~LocalService() { Stop(); }
 
@@ -835,17 +829,16 @@ uint32_t LocalService::slots_in_use() const {
 }
 
 std::string LocalService::StatsJson() const {
-  auto& reg = metrics::Registry::Global();
-  auto num = [&](const char* name) { return std::to_string(static_cast<uint64_t>(std::max(0.0, reg.ValueOf(name)))); };
+  const ServeMetrics& m = ServeMetrics::Get();
   return std::string("{\"connections\":") + std::to_string(connection_count()) +
          ",\"loaders\":" + std::to_string(loader_count()) +
          ",\"slots_in_use\":" + std::to_string(slots_in_use()) +
-         ",\"batches\":" + num("shardcache_serve_batches_total") +
-         ",\"bytes\":" + num("shardcache_serve_bytes_total") +
-         ",\"stall_us\":" + num("shardcache_serve_stall_microseconds_total") +
-         ",\"chunk_reads\":" + num("shardcache_serve_chunk_reads_total") +
-         ",\"warm_reads\":" + num("shardcache_serve_warm_reads_total") +
-         ",\"refused\":" + num("shardcache_serve_refused_connections_total") +
+         ",\"batches\":" + std::to_string(m.batches->Value()) +
+         ",\"bytes\":" + std::to_string(m.bytes->Value()) +
+         ",\"stall_us\":" + std::to_string(m.stall_us->Value()) +
+         ",\"chunk_reads\":" + std::to_string(m.chunk_reads->Value()) +
+         ",\"warm_reads\":" + std::to_string(m.warm_reads->Value()) +
+         ",\"refused\":" + std::to_string(m.refused_connections->Value()) +
          ",\"warm_jobs\":" + std::to_string(running_warm_jobs()) + "}";
 }
 

@@ -38,12 +38,13 @@ const OriginMetrics& M() {
   return m;
 }
 
-void CountRequest(const char* method, const grpc::Status& s) {
-  metrics::Registry::Global()
-      .GetCounter("shardcache_origin_requests_total", "Origin service calls by method and result",
-                  {{"method", method}, {"code", StatusCodeName(static_cast<StatusCode>(s.error_code()))}})
-      ->Add();
+metrics::Counter* RequestCounter(const char* method, grpc::StatusCode code) {
+  return metrics::Registry::Global().GetCounter(
+      "shardcache_origin_requests_total", "Origin service calls by method and result",
+      {{"method", method}, {"code", StatusCodeName(static_cast<StatusCode>(code))}});
 }
+
+void CountRequest(const char* method, const grpc::Status& s) { RequestCounter(method, s.error_code())->Add(); }
 
 void CountBytes(uint64_t raw, uint64_t wire) {
   M().chunks->Add();
@@ -69,7 +70,13 @@ grpc::Status ToGrpcStatus(const Status& s) {
 }
 
 OriginService::OriginService(ChunkSource& source, OriginServiceOptions options)
-    : source_(source), options_(std::move(options)), auth_(options_.token) {}
+    : source_(source), options_(std::move(options)), auth_(options_.token) {
+  // Every family exists, at zero, from the start; requests_total with one series per method.
+  M();
+  for (const char* method : {"ListDatasets", "GetManifest", "GetSampleIndex", "ReadChunks"}) {
+    RequestCounter(method, grpc::StatusCode::OK);
+  }
+}
 
 OriginService::~OriginService() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -175,6 +182,15 @@ grpc::ServerUnaryReactor* OriginService::GetManifest(grpc::CallbackServerContext
                                                      const v1::GetManifestRequest* req,
                                                      v1::GetManifestResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (req->dataset().empty()) {
+    // Downstream daemons' health probe (upstream_health.h): answered here, without a thread, a
+    // place among the calls, or a look at the source.
+    grpc::Status s = auth_.Check(*ctx);
+    if (s.ok()) s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty dataset name");
+    CountRequest("GetManifest", s);
+    reactor->Finish(s);
+    return reactor;
+  }
   std::string client;
   if (grpc::Status a = Admit(*ctx, &client); !a.ok()) {
     CountRequest("GetManifest", a);

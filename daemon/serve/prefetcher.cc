@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <tuple>
 
-#include "common/metrics.h"
-
 namespace shardcache::serve {
 namespace {
 
@@ -21,37 +19,6 @@ uint64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
 // Longest run of chunks one warm read asks for (the upstream splits it over its streams).
 constexpr uint64_t kMaxWarmRunChunks = 64;
 
-metrics::Histogram* NextWaitHistogram() {
-  static auto* h = metrics::Registry::Global().GetHistogram(
-      "shardcache_serve_next_wait_seconds", "Time NextBatch waited for its batch's data",
-      metrics::LatencyBuckets());
-  return h;
-}
-metrics::Counter* StallCounter() {
-  static auto* c = metrics::Registry::Global().GetCounter(
-      "shardcache_serve_stall_microseconds_total",
-      "Time trainers waited in NextBatch for data, summed over loaders");
-  return c;
-}
-metrics::Counter* BatchCounter() {
-  static auto* c = metrics::Registry::Global().GetCounter("shardcache_serve_batches_total",
-                                                          "Batches delivered to trainers");
-  return c;
-}
-metrics::Counter* ByteCounter() {
-  static auto* c = metrics::Registry::Global().GetCounter(
-      "shardcache_serve_bytes_total", "Sample bytes delivered to trainers through shared memory");
-  return c;
-}
-
-metrics::Histogram* AssemblyHistogram() {
-  static auto* h = metrics::Registry::Global().GetHistogram(
-      "shardcache_serve_batch_assembly_seconds",
-      "Time to assemble one batch into its shared-memory slot (chunk reads + copies)",
-      metrics::LatencyBuckets());
-  return h;
-}
-
 }  // namespace
 
 LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assembler,
@@ -65,19 +32,10 @@ LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assemb
       options_(std::move(options)),
       batch_size_(slice_.options().batch_size),
       total_(slice_.size()),
-      ring_(std::move(ring)) {
-  // Per-loader series for `shardctl top`: which loader is slow, and whether it waits on data.
-  labels_ = {{"loader", std::to_string(id_)},
-             {"dataset", locator_->dataset()->name},
-             {"rank", std::to_string(slice_.options().rank)}};
-  const metrics::Labels& labels = labels_;
-  auto& reg = metrics::Registry::Global();
-  loader_bytes_ = reg.GetCounter("shardcache_loader_bytes_total",
-                                 "Sample bytes delivered to one loader", labels);
-  loader_batches_ = reg.GetCounter("shardcache_loader_batches_total",
-                                   "Batches delivered to one loader", labels);
-  loader_stall_us_ = reg.GetCounter("shardcache_loader_stall_microseconds_total",
-                                    "Time one loader's trainer waited in NextBatch for data", labels);
+      ring_(std::move(ring)),
+      // For `shardctl top`: which dataset and rank is slow, and whether it waits on data.
+      series_(ForLoader(locator_->dataset()->name, slice_.options().rank)) {
+  series_.open->Add(1);
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -99,13 +57,7 @@ LoaderPipeline::~LoaderPipeline() {
     cv_.wait(l, [&] { return assembling_ == 0; });
   }
   arena_.ReleaseAll(id_);
-  // The per-loader series go with the loader: a daemon that outlives many jobs keeps no
-  // series of closed loaders.
-  auto& reg = metrics::Registry::Global();
-  for (const char* name : {"shardcache_loader_bytes_total", "shardcache_loader_batches_total",
-                           "shardcache_loader_stall_microseconds_total"}) {
-    reg.Remove(name, labels_);
-  }
+  series_.open->Add(-1);
 }
 
 uint64_t LoaderPipeline::samples_consumed() const {
@@ -168,7 +120,7 @@ void LoaderPipeline::StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, 
   const auto t0 = std::chrono::steady_clock::now();
   assembler_.AssembleAsync(*locator_, std::move(ids), arena_.SlotData(slot), arena_.slot_bytes(),
                            [this, seq, t0](Status s, AssembledBatch batch) {
-                             AssemblyHistogram()->Observe(std::chrono::duration<double>(
+                             ServeMetrics::Get().batch_assembly_seconds->Observe(std::chrono::duration<double>(
                                                               std::chrono::steady_clock::now() - t0)
                                                               .count());
                              OnAssembled(seq, std::move(s), std::move(batch));
@@ -242,16 +194,18 @@ void LoaderPipeline::OnReleased() {
 }
 
 void LoaderPipeline::CountDelivered(const Delivered& d) {
-  BatchCounter()->Add();
-  ByteCounter()->Add(d.batch.payload_bytes);
-  loader_batches_->Add();
-  loader_bytes_->Add(d.batch.payload_bytes);
+  const ServeMetrics& m = ServeMetrics::Get();
+  m.batches->Add();
+  m.bytes->Add(d.batch.payload_bytes);
+  series_.batches->Add();
+  series_.bytes->Add(d.batch.payload_bytes);
 }
 
 void LoaderPipeline::CountWait(uint64_t wait_us) {
-  NextWaitHistogram()->Observe(wait_us / 1e6);
-  StallCounter()->Add(wait_us);
-  loader_stall_us_->Add(wait_us);
+  const ServeMetrics& m = ServeMetrics::Get();
+  m.next_wait_seconds->Observe(wait_us / 1e6);
+  m.stall_us->Add(wait_us);
+  series_.stall_us->Add(wait_us);
 }
 
 Status LoaderPipeline::BlockedLocked(bool ring_full) {

@@ -37,12 +37,12 @@
 #include <thread>
 #include <unordered_set>
 
-#include "common/metrics.h"
 #include "common/status.h"
 #include "daemon/plan/rank_slice.h"
 #include "daemon/serve/arena.h"
 #include "daemon/serve/batch_assembler.h"
 #include "daemon/serve/batch_ring.h"
+#include "daemon/serve/serve_metrics.h"
 
 namespace shardcache::serve {
 
@@ -216,12 +216,9 @@ class LoaderPipeline {
   std::deque<WarmRun> unsent_;  // warm reads decided on but not yet accepted by the pool
 
   std::thread thread_;
-  // Per-loader series (labels loader, dataset, rank); owned by the metrics registry, removed
-  // from it by the destructor.
-  metrics::Labels labels_;
-  metrics::Counter* loader_bytes_ = nullptr;
-  metrics::Counter* loader_batches_ = nullptr;
-  metrics::Counter* loader_stall_us_ = nullptr;
+  // The series of this loader's (dataset, rank) pair (serve_metrics.h), shared with the other
+  // loaders of the pair; owned by the metrics registry.
+  LoaderSeries series_;
 };
 
 }  // namespace shardcache::serve

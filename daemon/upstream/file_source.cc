@@ -49,6 +49,9 @@ Result<std::unique_ptr<FileSource>> FileSource::Open(const std::string& root) {
     if (errno == ENOTDIR) return FailedPrecondition("file upstream root " + root + " is not a directory");
     return ErrnoStatus(errno, "open file upstream root " + root);
   }
+  // The file upstream's families exist, at zero, from the start.
+  ChecksumFailures();
+  FileReadBytes();
   return std::unique_ptr<FileSource>(new FileSource(root, UniqueFd(fd)));
 }
 

@@ -114,6 +114,10 @@ struct GrpcSource::FetchTask {
   grpc::ClientContext* ctx = nullptr;  // GUARDED_BY(ctx_mu)
   void Cancel() {
     cancelled.store(true);
+    CancelAttempt();
+  }
+  // Ends the running attempt only (the task then decides whether to retry).
+  void CancelAttempt() {
     std::lock_guard<std::mutex> lock(ctx_mu);
     if (ctx != nullptr) ctx->TryCancel();
   }
@@ -152,7 +156,8 @@ GrpcSource::GrpcSource(GrpcSourceOptions options)
         c.max = std::max(1, options_.max_connections);
         c.initial = std::clamp(options_.connections, 1, c.max);
         return c;
-      }()) {}
+      }()),
+      health_(Where(), options_.outage_timeout) {}
 
 Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options) {
   SC_RETURN_IF_ERROR(ParseGrpcTarget(options.target, &options));
@@ -179,40 +184,18 @@ Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options
     creds = grpc::InsecureChannelCredentials();
   }
   std::unique_ptr<GrpcSource> src(new GrpcSource(options));
+  src->creds_ = std::move(creds);
   const int n = std::max(1, options.max_connections);
   for (int i = 0; i < n; ++i) {
-    grpc::ChannelArguments args;
-    // Separate TCP connections: without these, channels with equal arguments share one
-    // subchannel and so one socket (grpc/grpc#21332).
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetInt("shardcache.connection_index", i);
-    args.SetMaxReceiveMessageSize(64 << 20);
-    args.SetMaxSendMessageSize(64 << 20);
-    // Fixed large receive windows instead of BDP probing: measured on loopback under load,
-    // probing kept the stream window near one message and stalled the sender once per
-    // message (3.6 s vs 2.1 s for 64 MiB); 64 MiB of lookahead covers any link's BDP
-    // (1 Gbit/s x 30 ms = 3.75 MB). A big frame size cuts framing overhead on MiB messages.
-    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
-    args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 1 << 20);
-    // Reconnect quickly after a reset; our own retries pace the attempts.
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    // Notice a silently dead connection (blackhole) well before call_timeout.
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-    // Resuming a broken stream is ours to do (gRFC A6 stops after headers anyway).
-    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
     auto conn = std::make_unique<Connection>();
-    conn->channel = grpc::CreateCustomChannel(options.target, creds, args);
+    conn->channel = src->NewChannel(i);
     conn->stub = v1::Origin::NewStub(conn->channel);
     src->connections_.push_back(std::move(conn));
   }
   src->slot_busy_.assign(static_cast<size_t>(n), false);
   src->running_conn_.assign(static_cast<size_t>(n), nullptr);
   for (int i = 0; i < n; ++i) src->workers_.emplace_back([s = src.get()] { s->WorkerLoop(); });
+  src->prober_ = std::thread([s = src.get()] { s->ProbeLoop(); });
   M().stream_limit->Set(src->controller_.limit());
   return src;
 }
@@ -220,6 +203,7 @@ Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options
 GrpcSource::~GrpcSource() {
   Shutdown();
   for (auto& w : workers_) w.join();
+  if (prober_.joinable()) prober_.join();
 }
 
 void GrpcSource::Shutdown() {
@@ -231,13 +215,43 @@ void GrpcSource::Shutdown() {
       if (t != nullptr) t->Cancel();
     }
     for (grpc::ClientContext* ctx : unary_) ctx->TryCancel();
+    if (probe_ctx_ != nullptr) probe_ctx_->TryCancel();  // shutdown does not wait out a probe
     dropped.swap(demand_);
     for (auto& t : prefetch_) dropped.push_back(std::move(t));
     prefetch_.clear();
   }
   cv_.notify_all();
+  probe_cv_.notify_all();
   // Leaders that never ran publish Aborted to their waiters.
   for (auto& t : dropped) t->flights.clear();
+}
+
+std::shared_ptr<grpc::Channel> GrpcSource::NewChannel(int index) const {
+  grpc::ChannelArguments args;
+  // Separate TCP connections: without these, channels with equal arguments share one
+  // subchannel and so one socket (grpc/grpc#21332).
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt("shardcache.connection_index", index);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  // Fixed large receive windows instead of BDP probing: measured on loopback under load,
+  // probing kept the stream window near one message and stalled the sender once per
+  // message (3.6 s vs 2.1 s for 64 MiB); 64 MiB of lookahead covers any link's BDP
+  // (1 Gbit/s x 30 ms = 3.75 MB). A big frame size cuts framing overhead on MiB messages.
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 1 << 20);
+  // Reconnect quickly after a reset; our own retries pace the attempts.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Notice a silently dead connection (blackhole) well before call_timeout.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Resuming a broken stream is ours to do (gRFC A6 stops after headers anyway).
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  return grpc::CreateCustomChannel(options_.target, creds_, args);
 }
 
 std::string GrpcSource::Where() const { return "upstream " + options_.target; }
@@ -251,13 +265,69 @@ bool GrpcSource::SleepUntil(Clock::time_point t) {
   return !cv_.wait_until(lock, t, [&] { return stopping_; });
 }
 
+void GrpcSource::ProbeLoop() {
+  // A probe within a third of the outage bound, so that a silent upstream is declared down
+  // well before reads give up on it.
+  const auto interval = std::min<std::chrono::milliseconds>(options_.probe_interval, options_.outage_timeout / 3);
+  // A channel of its own, made afresh after each failed probe: one that failed carries gRPC's
+  // reconnect backoff and answers "unavailable" for seconds after the upstream is back.
+  std::unique_ptr<v1::Origin::Stub> probe;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    // Attempts still waiting on an upstream that has been silent for the whole bound (a
+    // blackholed stream notices nothing by itself until keepalive) are ended; their tasks
+    // then fail with the outage error.
+    if (Clock::now() >= health_.GiveUpAt()) {
+      for (FetchTask* t : running_conn_) {
+        if (t != nullptr) t->CancelAttempt();
+      }
+    }
+    // Every `interval` while it answers, every second while it does not, at once after a
+    // failure (OnFailure's caller notifies).
+    const auto quiet = health_.up() ? interval : std::min<std::chrono::milliseconds>(interval, std::chrono::seconds(1));
+    if (!health_.ProbeDue(quiet)) {
+      probe_cv_.wait_for(lock, std::min<std::chrono::milliseconds>(quiet, std::chrono::seconds(1)));
+      continue;
+    }
+    // The empty name is refused by the upstream's name check before anything is read.
+    const auto started = Clock::now();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(ToSystem(started + interval));
+    AddAuth(&ctx);
+    probe_ctx_ = &ctx;
+    lock.unlock();
+    v1::GetManifestRequest req;
+    v1::GetManifestResponse resp;
+    if (!probe) probe = v1::Origin::NewStub(NewChannel(-1));
+    const bool was_up = health_.up();
+    const Status answer = FromGrpc(probe->GetManifest(&ctx, req, &resp));
+    spdlog::debug("{}: probe answered in {:.3f} s: {}", Where(),
+                  std::chrono::duration<double>(Clock::now() - started).count(), answer.ToString());
+    if (!ProbeAnswered(answer)) {
+      probe.reset();
+    } else if (!was_up) {
+      // Back: the data connections retry at once instead of waiting out their backoff.
+      for (auto& c : connections_) grpc::experimental::ChannelResetConnectionBackoff(c->channel.get());
+    }
+    lock.lock();
+    probe_ctx_ = nullptr;
+    if (stopping_) break;
+    health_.OnProbe(answer, started);
+    // At most one probe a second, whatever wakes the loop.
+    probe_cv_.wait_until(lock, started + std::chrono::seconds(1), [&] { return stopping_; });
+  }
+}
+
 template <typename Call>
 Status GrpcSource::UnaryWithRetries(const std::string& what, Call&& call) {
   const auto deadline = Clock::now() + options_.call_timeout;
   Status last;
   for (int attempt = 0;; ++attempt) {
+    const auto started = Clock::now();
+    if (started >= health_.GiveUpAt()) return health_.OutageError().WithContext(what);
     grpc::ClientContext ctx;
-    ctx.set_deadline(ToSystem(deadline));
+    // An attempt longer than the outage bound would outlast the outage it is part of.
+    ctx.set_deadline(ToSystem(std::min({deadline, started + options_.outage_timeout, health_.GiveUpAt()})));
     AddAuth(&ctx);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -269,12 +339,18 @@ Status GrpcSource::UnaryWithRetries(const std::string& what, Call&& call) {
       std::lock_guard<std::mutex> lock(mu_);
       unary_.erase(&ctx);
     }
-    if (last.ok() || !Retryable(last.code())) break;
+    if (last.ok() || !Retryable(last.code())) {
+      if (ProbeAnswered(last)) health_.OnAnswer();
+      break;
+    }
+    const bool give_up = health_.OnFailure(last, started);
+    probe_cv_.notify_all();
+    if (give_up) return health_.OutageError().WithContext(what);
     if (attempt >= options_.max_retries || Clock::now() >= deadline) break;
     retries_.fetch_add(1);
     M().retries->Add();
     const auto backoff = std::min(options_.backoff_max, options_.backoff_initial * (1 << std::min(attempt, 10)));
-    if (!SleepUntil(std::min(deadline, Clock::now() + Jittered(backoff)))) break;
+    if (!SleepUntil(std::min({deadline, Clock::now() + Jittered(backoff), health_.GiveUpAt()}))) break;
   }
   if (last.ok()) return last;
   if (last.code() == StatusCode::kDeadlineExceeded) {
@@ -332,8 +408,8 @@ Result<DatasetPtr> GrpcSource::FetchManifest(const std::string& name, const Data
   });
   if (!s.ok()) {
     if (stale && Retryable(s.code())) {
-      SC_LOG_RATE_LIMITED(spdlog::level::warn, "{}; serving the last known manifest of '{}' ({})",
-                          s.ToString(), name, stale->version);
+      // The outage itself is logged once by health_.
+      spdlog::debug("{}; serving the last known manifest of '{}' ({})", s.ToString(), name, stale->version);
       return stale;
     }
     return s;
@@ -456,8 +532,15 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
                             (last.ok() ? std::string() : "; last error: " + last.ToString())));
       return;
     }
+    // During an outage an attempt ends when the outage has lasted outage_timeout; one that
+    // starts after that is not made.
+    const auto give_up_at = health_.GiveUpAt();
+    if (now >= give_up_at) {
+      fail_rest(health_.OutageError());
+      return;
+    }
     grpc::ClientContext ctx;
-    ctx.set_deadline(ToSystem(std::min(task.deadline, now + options_.call_timeout)));
+    ctx.set_deadline(ToSystem(std::min({task.deadline, now + options_.call_timeout, give_up_at})));
     AddAuth(&ctx);
     v1::ReadChunksRequest req;
     req.set_dataset(task.dataset->name);
@@ -479,7 +562,10 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
     bool progressed = false;
     bool stopped_early = false;  // we left the stream before the server ended it
     Status local;                // a problem we found in what arrived
+    auto last_heard = now;       // when this attempt last received a message
     while (reader->Read(&msg)) {
+      last_heard = Clock::now();
+      health_.OnAnswer();
       const uint64_t wire = msg.payload().size();
       wire_bytes_.fetch_add(wire);
       M().wire_bytes->Add(wire);
@@ -552,20 +638,36 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
       s = Unavailable("stream ended at chunk " + std::to_string(next) + " before the end of the range");
     }
     if (local.ok() && !Retryable(s.code())) {
+      if (ProbeAnswered(s)) health_.OnAnswer();
       fail_rest(s.WithContext(Where()));
       return;
     }
     last = s;
-    // Transport failures are retried until the caller's deadline (checked at the loop top):
-    // an upstream that comes back in time is used, one that does not ends as Unavailable.
+    // Transport failures are retried until the caller's deadline (checked at the loop top) or
+    // the end of the outage bound: an upstream that comes back in time is used, one that does
+    // not ends as Unavailable naming it and the last error.
+    if (local.ok()) {
+      // Past the bound (this attempt may have been ended by ProbeLoop): the outage error, not
+      // the cancellation, is what the caller needs to see.
+      if (Clock::now() >= health_.GiveUpAt()) {
+        fail_rest(health_.OutageError());
+        return;
+      }
+      const bool give_up = health_.OnFailure(s, last_heard);
+      probe_cv_.notify_all();
+      if (give_up) {
+        fail_rest(health_.OutageError());
+        return;
+      }
+    }
     failures = progressed ? 0 : failures + 1;
     retries_.fetch_add(1);
     M().retries->Add();
-    SC_LOG_RATE_LIMITED(spdlog::level::info, "{}: retrying shard {} of '{}' from chunk {}: {}", Where(),
-                        task.shard, task.dataset->name, next, s.ToString());
+    spdlog::debug("{}: retrying shard {} of '{}' from chunk {}: {}", Where(), task.shard, task.dataset->name, next,
+                  s.ToString());
     const auto backoff = std::min(options_.backoff_max,
                                   options_.backoff_initial * (1 << std::min(failures, 10)));
-    if (!SleepUntil(std::min(task.deadline, Clock::now() + Jittered(backoff)))) return;
+    if (!SleepUntil(std::min({task.deadline, Clock::now() + Jittered(backoff), health_.GiveUpAt()}))) return;
   }
 }
 

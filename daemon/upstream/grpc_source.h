@@ -19,12 +19,20 @@
 //
 // Robustness: every call has a deadline (min(caller deadline, now + call_timeout)); a failed
 // or broken stream is retried with jittered exponential backoff (reset by progress) and
-// resumes at the first chunk not yet verified, until the caller's deadline — so a connection
-// that resets every few MiB still completes, and an upstream that comes back in time is used.
-// When the deadline passes while the upstream keeps failing, the result is Unavailable naming
-// the last error. Non-retryable answers (InvalidArgument, NotFound, FailedPrecondition,
-// Unauthenticated, PermissionDenied, DataLoss from the origin) fail at once. Unary calls
-// (manifest, sample index, list) make up to 1 + max_retries attempts within call_timeout.
+// resumes at the first chunk not yet verified — so a connection that resets every few MiB
+// still completes, and an upstream that comes back in time is used. Retries stop at the
+// caller's deadline or when the upstream has not answered for `outage_timeout`
+// (upstream_health.h), whichever comes first; then the result is Unavailable naming the
+// upstream and the last error, and while such an outage goes on new calls fail at once.
+// Non-retryable answers (InvalidArgument, NotFound, FailedPrecondition, Unauthenticated,
+// PermissionDenied, DataLoss from the origin) fail at once. Unary calls (manifest, sample
+// index, list) make up to 1 + max_retries attempts within call_timeout.
+//
+// Health: a prober thread asks the upstream a question it answers without reading anything
+// (GetManifest of the empty name: InvalidArgument at once) when no call has answered for
+// `probe_interval` (at most a third of outage_timeout), every second while it is down, and at
+// once after a failed attempt, on a connection of its own; the outcome feeds UpstreamHealth
+// (shardcache_upstream_up, /ready, /status).
 //
 // Integrity: every chunk is decoded (ChunkDecoder: bomb-safe) and checked against the hash in
 // the manifest before it is delivered or shared; a mismatch is counted and refetched, and after
@@ -53,9 +61,11 @@
 #include "daemon/upstream/single_flight.h"
 #include "daemon/upstream/stream_controller.h"
 #include "daemon/upstream/token_bucket.h"
+#include "daemon/upstream/upstream_health.h"
 
 namespace grpc {
 class Channel;
+class ChannelCredentials;
 class ClientContext;
 }
 
@@ -78,6 +88,10 @@ struct GrpcSourceOptions {
   uint64_t bandwidth_bytes_per_s = 0;
   // Deadline of one upstream call (a sub-range stream, a manifest fetch).
   std::chrono::milliseconds call_timeout{30000};
+  // How long calls keep retrying an upstream that stopped answering (see above).
+  std::chrono::milliseconds outage_timeout{30000};
+  // A probe goes out when nothing answered for this long; also its deadline.
+  std::chrono::milliseconds probe_interval{5000};
   // Refetches of one chunk that fails verification before DataLoss; also the retry count of
   // unary calls. (Chunk streams retry transport failures until the caller's deadline.)
   int max_retries = 8;
@@ -121,6 +135,8 @@ class GrpcSource final : public ChunkSource {
   void Shutdown() override;
 
   void SetBandwidth(uint64_t bytes_per_s) { bucket_.SetRate(bytes_per_s); }
+  // Whether the upstream answers, and since when not (upstream_health.h).
+  UpstreamHealth::Snapshot health() const { return health_.Get(); }
 
   // Counters of this instance (the process-wide ones are in metrics::Registry::Global()).
   struct Stats {
@@ -151,8 +167,12 @@ class GrpcSource final : public ChunkSource {
   using Flights = SingleFlight<ChunkKey, ChunkResult, ChunkKeyHash>;
 
   explicit GrpcSource(GrpcSourceOptions options);
+  // A channel to the upstream with its own TCP connection (`index` keeps channels apart).
+  std::shared_ptr<grpc::Channel> NewChannel(int index) const;
   void Submit(std::shared_ptr<FetchTask> task);
   void WorkerLoop();
+  // Probes the upstream when health_ says one is due (see above), until shutdown.
+  void ProbeLoop();
   void RunTask(FetchTask& task, Connection& conn);
   // Feeds the adaptive controller after progress; wakes workers when the limit changed.
   void ObserveProgress();
@@ -168,10 +188,12 @@ class GrpcSource final : public ChunkSource {
   std::string Where() const;
 
   const GrpcSourceOptions options_;
+  std::shared_ptr<grpc::ChannelCredentials> creds_;        // constant after construction
   std::vector<std::unique_ptr<Connection>> connections_;  // constant after construction
   TokenBucket bucket_;
   StreamController controller_;
   Flights flights_;
+  UpstreamHealth health_;
 
   // Scheduler: FetchTasks wait here for a stream slot (= connection).
   std::mutex mu_;
@@ -184,7 +206,10 @@ class GrpcSource final : public ChunkSource {
   std::atomic<bool> waited_{false};  // work waited for a slot since the controller last looked
   bool stopping_ = false;                            // GUARDED_BY(mu_)
   std::set<grpc::ClientContext*> unary_;             // GUARDED_BY(mu_): unary calls in flight
+  std::condition_variable probe_cv_;                 // a failure wants a probe now, or stop
+  grpc::ClientContext* probe_ctx_ = nullptr;         // GUARDED_BY(mu_) the probe in flight
   std::vector<std::thread> workers_;
+  std::thread prober_;
 
   std::mutex manifest_mu_;
   struct CachedManifest {

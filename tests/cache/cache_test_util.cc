@@ -1,6 +1,12 @@
+#include "tests/cache/cache_test_util.h"
+
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include "tests/cache/cache_test_util.h"
+
 #include "tests/testing/process.h"
 
 namespace shardcache::testing {
@@ -30,6 +36,17 @@ uint64_t ReadAndCompare(ChunkSource& source, const DatasetPtr& dataset, const Sy
     }
   }
   return bad;
+}
+
+TmpfsMount::TmpfsMount(const std::string& path, uint64_t bytes) : path_(path) {
+  ::mkdir(path.c_str(), 0755);
+  const std::string opts = "size=" + std::to_string(bytes);
+  mounted_ = ::mount("tmpfs", path.c_str(), "tmpfs", 0, opts.c_str()) == 0;
+  if (!mounted_) error_ = std::strerror(errno);
+}
+
+TmpfsMount::~TmpfsMount() {
+  if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
 }
 
 }  // namespace shardcache::testing

@@ -1,5 +1,5 @@
 // Helpers shared by the cache tests: small cache options, `du` of a directory, reading a
-// whole dataset through a ChunkSource and checking every byte.
+// whole dataset through a ChunkSource and checking every byte, a tmpfs to fill or to mount.
 #pragma once
 
 #include <cstdint>
@@ -31,5 +31,22 @@ uint64_t DuBytes(const std::string& dir);
 // Returns the number of chunks that differ (or failed to read, counted in *errors).
 uint64_t ReadAndCompare(ChunkSource& source, const DatasetPtr& dataset, const SyntheticDatasetOptions& options,
                         uint64_t* errors = nullptr);
+
+// A tmpfs of `bytes` mounted at `path` (created when missing) while it lives; this needs root.
+// mounted() is false, with the reason in error(), where mounting is not allowed.
+class TmpfsMount {
+ public:
+  TmpfsMount(const std::string& path, uint64_t bytes);
+  ~TmpfsMount();  // lazy unmount
+  TmpfsMount(const TmpfsMount&) = delete;
+  TmpfsMount& operator=(const TmpfsMount&) = delete;
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+  std::string error_;
+};
 
 }  // namespace shardcache::testing

@@ -84,14 +84,28 @@ TEST_CASE("metrics render in Prometheus text format") {
   CHECK(r.ValueOf("absent") == -1);
 }
 
-TEST_CASE("a removed series leaves the exposition, its siblings stay") {
+TEST_CASE("a scaled counter adds integers and is exposed in its base unit") {
   metrics::Registry r;
-  r.GetCounter("sc_test_loader_total", "per loader", {{"loader", "1"}})->Add(3);
-  r.GetCounter("sc_test_loader_total", "per loader", {{"loader", "2"}})->Add(4);
-  r.Remove("sc_test_loader_total", {{"loader", "1"}});
-  r.Remove("sc_test_absent_total", {});
+  auto* stall = r.GetScaledCounter("sc_test_stall_seconds_total", "stall", 1e-6);
+  stall->Add(1500000);
+  auto* cpu = r.GetScaledCounter("sc_test_cpu_seconds_total", "cpu", 0.01);
+  cpu->Advance(250);
+  cpu->Advance(100);  // a lower total never lowers a counter
   const std::string text = r.RenderPrometheus();
-  CHECK(text.find("loader=\"1\"") == std::string::npos);
-  CHECK(text.find("sc_test_loader_total{loader=\"2\"} 4") != std::string::npos);
-  CHECK(r.ValueOf("sc_test_loader_total", {{"loader", "1"}}) == -1);
+  CHECK(text.find("sc_test_stall_seconds_total 1.5\n") != std::string::npos);
+  CHECK(text.find("sc_test_cpu_seconds_total 2.5\n") != std::string::npos);
+  CHECK(r.ValueOf("sc_test_stall_seconds_total") == 1.5);
+  CHECK_THROWS(r.GetCounter("sc_test_stall_seconds_total", "stall"));
+}
+
+TEST_CASE("the mount point of a path comes from /proc/self/mountinfo") {
+  auto proc = MountPointOf("/proc/self/fd");  // a symlink into /proc, resolved first
+  REQUIRE(proc.ok());
+  CHECK(*proc == "/proc");
+  auto root = MountPointOf("/");
+  REQUIRE(root.ok());
+  CHECK(*root == "/");
+  auto missing = MountPointOf("/nonexistent/dir");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().message().find("/nonexistent/dir") != std::string::npos);
 }

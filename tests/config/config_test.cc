@@ -109,7 +109,7 @@ enabled = true
       "cache.sise: unknown key (did you mean 'cache.size'?)",
       "cache.min_free: '120%' is not a percentage",
       "cache.eviction: 'fifo' is not an eviction policy",
-      "cache.segment_size: 1000 B must be at least 1 MiB",
+      "cache.segment_size: 1000 B must be at least 8.00 MiB",
       "fetch.bandwidth: 'fast' is not a rate",
       "fetch.connections: 0 is out of range [1, 256]",
       "fetch.timeout: 'soon' is not a duration",
@@ -128,6 +128,37 @@ enabled = true
   CHECK(c.status().message().find("cache.size: '12 parsecs' has an unknown size unit 'parsecs' ("
                                   "use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB) (line 8)") !=
         std::string::npos);
+}
+
+TEST_CASE("a segment_size that holds fewer than two default 4 MiB chunks is refused, naming why", "[config]") {
+  // The old rule (at least 1 MiB) accepted 4 MiB: every default-sized chunk then has a 4 KiB
+  // block table on top and did not fit, so the NVMe tier silently stored nothing.
+  for (const char* size : {"4MiB", "4100KiB", "1MiB"}) {
+    auto c = ParseConfig(std::string("upstream = \"file:///d\"\n[cache]\nsegment_size = \"") + size + "\"\n");
+    INFO(size);
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().message().find("cache.segment_size: ") != std::string::npos);
+    CHECK(c.status().message().find("must be at least 8.00 MiB (two chunks of the default 4 MiB chunk size") !=
+          std::string::npos);
+  }
+  auto ok = ParseConfig("upstream = \"file:///d\"\n[cache]\nsegment_size = \"8MiB\"\n");
+  REQUIRE(ok.ok());
+  CHECK(ok->cache.segment_size_bytes == 8ull << 20);
+}
+
+TEST_CASE("require_mount and outage_timeout parse, with their defaults off and 30 s", "[config]") {
+  auto d = ParseConfig("upstream = \"file:///d\"\n");
+  REQUIRE(d.ok());
+  CHECK_FALSE(d->cache.require_mount);
+  CHECK(d->fetch.outage_timeout == std::chrono::seconds(30));
+  auto c = ParseConfig("upstream = \"file:///d\"\n[cache]\nrequire_mount = true\n[fetch]\noutage_timeout = \"5s\"\n");
+  REQUIRE(c.ok());
+  CHECK(c->cache.require_mount);
+  CHECK(c->fetch.outage_timeout == std::chrono::seconds(5));
+  auto bad = ParseConfig("upstream = \"file:///d\"\n[cache]\nrequire_mount = \"yes\"\n[fetch]\noutage_timeout = \"0s\"\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("cache.require_mount: expected true or false") != std::string::npos);
+  CHECK(bad.status().message().find("fetch.outage_timeout: must be greater than zero") != std::string::npos);
 }
 
 TEST_CASE("a missing upstream and inconsistent keys are reported", "[config]") {

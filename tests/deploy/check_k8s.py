@@ -106,7 +106,7 @@ class Checker:
             self.fail(where, "the daemon may run as root (runAsNonRoot / runAsUser)")
         if context.get("allowPrivilegeEscalation", True):
             self.fail(where, "allowPrivilegeEscalation is not false")
-        if container.get("startupProbe", {}).get("httpGet", {}).get("path") != "/ready":
+        if not container.get("startupProbe", {}).get("httpGet", {}).get("path", "").startswith("/ready"):
             self.fail(where, "no startupProbe on /ready")
         liveness = container.get("livenessProbe")
         if not liveness or liveness.get("initialDelaySeconds", 0) > 60:

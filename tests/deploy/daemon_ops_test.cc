@@ -1,6 +1,7 @@
 // The real shardcached binary as an operator meets it: config errors (exit 2 before anything
 // is bound), the admin endpoint (/metrics, /status, /ready, /evict), shardctl status / top /
-// evict against it, SIGHUP reload, and the sd_notify protocol systemd speaks with it.
+// evict against it (found through its config), SIGHUP reload, and what systemd sees of it: the
+// sd_notify protocol and log priorities under journald.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -148,7 +150,7 @@ TEST_CASE("a node daemon with a cache tier: status shows tiers, top shows hits, 
   const std::string node_cfg = f.WriteConfig("node.toml",
       "upstream = \"grpc://127.0.0.1:" + std::to_string(origin_port) + "\"\n[listen]\nmetrics = \"127.0.0.1:" +
       std::to_string(node_metrics) + "\"\norigin = \"127.0.0.1:" + std::to_string(node_port) +
-      "\"\nsocket = \"" + (f.dir / "node.sock") + "\"\n[cache]\ndir = \"" + (f.dir / "cache") + "\"\nsize = \"64MiB\"\nsegment_size = \"1MiB\"\n"
+      "\"\nsocket = \"" + (f.dir / "node.sock") + "\"\n[cache]\ndir = \"" + (f.dir / "cache") + "\"\nsize = \"64MiB\"\nsegment_size = \"8MiB\"\n"
       "memory_size = \"0\"\n");
   Process node({BinPath("shardcached"), "--config", node_cfg}, f.dir / "node.log");
   REQUIRE(WaitFor([&] { return Http(origin_metrics, "/ready").first == 200; }));
@@ -308,6 +310,88 @@ TEST_CASE("under systemd the daemon sends READY=1, watchdog pings at half Watchd
   daemon.Signal(SIGTERM);
   REQUIRE(notify.ReceiveUntil([](const std::string& r) { return r.find("STOPPING=1") != std::string::npos; }, 10s));
   CHECK(daemon.Wait(20s) == 0);
+}
+
+TEST_CASE("shardctl status, top and evict find the daemon through its config, and say where they looked when not",
+          "[deploy][daemon][shardctl]") {
+  Fixture f;
+  const int port = FreePort();
+  const std::string cfg = f.WriteConfig("origin.toml", OriginConfig(f, port));
+  Process daemon({BinPath("shardcached"), "--config", cfg}, f.dir / "daemon.log");
+  REQUIRE(WaitFor([&] { return Http(port, "/ready").first == 200; }));
+
+  std::string out;
+  CHECK(RunCommand(BinPath("shardctl") + " status --config " + cfg, &out) == 0);
+  INFO(out);
+  CHECK(out.find("health    ok") != std::string::npos);
+  out.clear();
+  CHECK(RunCommand(BinPath("shardctl") + " top --once --interval 0.2 --config " + cfg, &out) == 0);
+  CHECK(out.find("shardcache top  127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  out.clear();
+  // An origin has no cache: the evict reached the daemon and was refused there.
+  CHECK(RunCommand(BinPath("shardctl") + " evict tokens --config " + cfg, &out) == 1);
+  CHECK(out.find("no cache tier") != std::string::npos);
+  // --metrics-addr still wins over the config.
+  const std::string elsewhere = f.WriteConfig("elsewhere.toml", OriginConfig(f, FreePort()));
+  out.clear();
+  CHECK(RunCommand(BinPath("shardctl") + " status --config " + elsewhere + " --metrics-addr 127.0.0.1:" +
+                       std::to_string(port), &out) == 0);
+
+  // A config whose admin endpoint is off, and one that cannot be read: the reason is named.
+  const std::string off = f.WriteConfig("off.toml", "upstream = \"file://" + f.root + "\"\n[listen]\nmetrics = \"\"\n");
+  out.clear();
+  CHECK(RunCommand(BinPath("shardctl") + " status --config " + off, &out) == 1);
+  CHECK(out.find("admin endpoint is off (listen.metrics = \"\" in " + off + ")") != std::string::npos);
+  out.clear();
+  const int rc = RunCommand(BinPath("shardctl") + " status --config /nonexistent/shardcached.toml", &out);
+  CHECK(out.find("/nonexistent/shardcached.toml") != std::string::npos);
+  if (rc != 0) CHECK(out.find("cannot reach shardcached at 127.0.0.1:9750 (the default address; ") != std::string::npos);
+  daemon.Signal(SIGTERM);
+  CHECK(daemon.Wait(20s) == 0);
+}
+
+TEST_CASE("under journald every line starts with its syslog priority, continuation lines too",
+          "[deploy][daemon][systemd]") {
+  Fixture f;
+  const int port = FreePort();
+  const std::string base = OriginConfig(f, port);
+  const std::string cfg = f.WriteConfig("journal.toml", base);
+  // systemd connects stderr to the journal and names that stream in JOURNAL_STREAM.
+  const std::string log = f.dir / "journal.log";
+  REQUIRE(WriteFileAtomic(log, "").ok());
+  struct stat st;
+  REQUIRE(::stat(log.c_str(), &st) == 0);
+  const std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  Process daemon({"env", "JOURNAL_STREAM=" + stream, BinPath("shardcached"), "--config", cfg}, log);
+  REQUIRE(WaitFor([&] { return Http(port, "/ready").first == 200; }));
+  // A warning (a key that needs a restart) and an error over two lines (a refused file).
+  f.WriteConfig("journal.toml", base + "[cache]\neviction = \"static\"\n");
+  daemon.Signal(SIGHUP);
+  REQUIRE(WaitFor([&] { return Log(log).find("NOT applied") != std::string::npos; }));
+  f.WriteConfig("journal.toml", base + "[log]\nlevel = \"shouty\"\n");
+  daemon.Signal(SIGHUP);
+  REQUIRE(WaitFor([&] { return Log(log).find("reload refused") != std::string::npos; }));
+  const std::string text = Log(log);
+  INFO(text);
+  CHECK(text.find("<6>[info] shardcached starting") != std::string::npos);
+  CHECK(text.find("<4>[warning] reload: changed keys that need a restart were NOT applied") != std::string::npos);
+  CHECK(text.find("<3>[error] reload refused") != std::string::npos);
+  CHECK(text.find("\n<3>[error]   log.level: 'shouty' is not a log level") != std::string::npos);
+  // Every line carries a priority, and no second timestamp.
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    INFO(line);
+    CHECK(line.rfind("<", 0) == 0);
+  }
+  daemon.Signal(SIGTERM);
+  CHECK(daemon.Wait(20s) == 0);
+
+  // A JOURNAL_STREAM that is not this stderr (redirected since): plain lines with timestamps.
+  const std::string plain = f.dir / "plain.log";
+  f.WriteConfig("journal.toml", base);
+  Process redirected({"env", "JOURNAL_STREAM=" + stream, BinPath("shardcached"), "--config", cfg}, plain);
+  REQUIRE(WaitFor([&] { return Http(port, "/ready").first == 200; }));
+  CHECK(Log(plain).rfind("[20", 0) == 0);
 }
 
 }  // namespace

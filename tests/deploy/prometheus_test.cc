@@ -1,17 +1,24 @@
 // The real Prometheus server (Debian's `prometheus`) scrapes a running shardcached on
 // loopback every second; the test reads the daemon's metrics back through Prometheus's HTTP
-// query API — proof that /metrics is valid exposition format end to end.
+// query API — proof that /metrics is valid exposition format end to end. And Prometheus's own
+// linter, `promtool check metrics`, passes the real /metrics of an origin and a node that
+// served, whose every family exists from start.
 #include <signal.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "common/fs.h"
+#include "integration/daemon_probe.h"
 #include "testing/datasets.h"
+#include "testing/eventually.h"
+#include "testing/local_conn.h"
 #include "testing/process.h"
 #include "testing/temp_dir.h"
 
@@ -76,6 +83,120 @@ TEST_CASE("Prometheus scrapes the daemon and serves its metrics back", "[deploy]
   CHECK(std::stod(rss) > 1e6);
   prometheus.Signal(SIGTERM);
   prometheus.Wait(10s);
+}
+
+// The families each role exposes from the moment it is ready, before any event.
+const std::vector<std::string> kProcessFamilies = {
+    "shardcache_ready", "shardcache_admin_requests_total", "shardcache_process_resident_bytes",
+    "shardcache_process_virtual_bytes", "shardcache_process_cpu_seconds_total", "shardcache_process_uptime_seconds",
+    "shardcache_process_open_fds", "shardcache_process_threads"};
+const std::vector<std::string> kOriginFamilies = {
+    "shardcache_origin_requests_total", "shardcache_origin_chunks_total", "shardcache_origin_payload_bytes_total",
+    "shardcache_origin_wire_bytes_total", "shardcache_origin_compression_ratio"};
+const std::vector<std::string> kFileUpstreamFamilies = {"shardcache_file_read_bytes_total",
+                                                        "shardcache_origin_checksum_failures_total"};
+const std::vector<std::string> kNodeFamilies = {
+    "shardcache_cache_served_bytes_total", "shardcache_cache_hits_total", "shardcache_cache_misses_total",
+    "shardcache_cache_upstream_fetched_chunks_total", "shardcache_cache_evicted_segments_total",
+    "shardcache_cache_evicted_bytes_total", "shardcache_cache_checksum_failures_total",
+    "shardcache_cache_enospc_passthrough_total", "shardcache_cache_admission_declined_total",
+    "shardcache_cache_written_bytes_total", "shardcache_cache_unstored_chunks_total",
+    "shardcache_cache_nvme_errors_total", "shardcache_cache_nvme_healthy", "shardcache_cache_nvme_used_bytes",
+    "shardcache_cache_nvme_budget_bytes", "shardcache_cache_dram_used_bytes", "shardcache_cache_dram_budget_bytes",
+    "shardcache_cache_nvme_read_seconds", "shardcache_upstream_wire_bytes_total",
+    "shardcache_upstream_payload_bytes_total", "shardcache_upstream_chunks_total", "shardcache_upstream_streams_total",
+    "shardcache_upstream_retries_total", "shardcache_upstream_checksum_failures_total",
+    "shardcache_upstream_fetches_in_flight", "shardcache_upstream_stream_limit",
+    "shardcache_upstream_goodput_bytes_per_second", "shardcache_upstream_up", "shardcache_serve_batches_total",
+    "shardcache_serve_bytes_total", "shardcache_serve_stall_seconds_total", "shardcache_serve_chunk_reads_total",
+    "shardcache_serve_warm_reads_total", "shardcache_serve_refused_connections_total", "shardcache_serve_connections",
+    "shardcache_serve_next_wait_seconds", "shardcache_serve_batch_assembly_seconds"};
+
+void RequireFamilies(const std::string& metrics, const std::vector<std::string>& families) {
+  for (const auto& f : families) {
+    INFO("family " << f);
+    CHECK(metrics.find("\n# TYPE " + f + " ") != std::string::npos);
+  }
+}
+
+// `promtool check metrics` on the exposition; its complaints when it has any.
+void RequirePromtoolPasses(const TempDir& dir, const std::string& name, const std::string& metrics) {
+  const std::string path = dir / (name + ".metrics");
+  REQUIRE(WriteFileAtomic(path, metrics).ok());
+  std::string out;
+  const int rc = RunCommand("promtool check metrics < " + path, &out);
+  INFO(name << " /metrics:\n" << metrics << "\npromtool says:\n" << out);
+  CHECK(rc == 0);
+}
+
+std::string ConfigText(const std::string& upstream, const std::string& socket, int origin_port, int metrics_port,
+                       const std::string& rest = "") {
+  return "upstream = \"" + upstream + "\"\n[listen]\nsocket = \"" + socket + "\"\norigin = \"127.0.0.1:" +
+         std::to_string(origin_port) + "\"\nmetrics = \"127.0.0.1:" + std::to_string(metrics_port) + "\"\n" + rest;
+}
+
+TEST_CASE("promtool check metrics passes the /metrics of an origin and a node that served, and every family "
+          "exists from start",
+          "[deploy][prometheus][promtool]") {
+  if (RunCommand("command -v promtool") != 0) {
+    WARN("promtool (Debian package prometheus, installed by deploy/setup.sh) is missing: metrics not linted");
+    return;
+  }
+  TempDir dir;
+  const std::string root = dir / "datasets";
+  REQUIRE(MakeDirs(root).ok());
+  REQUIRE(MakeRecordsDataset(root, "tokens", 2, 64, 1024, 16 << 10).ok());
+  const int origin_port = FreePort(), origin_metrics = FreePort(), node_port = FreePort(), node_metrics = FreePort();
+  const std::string socket = dir / "node.sock";
+  REQUIRE(WriteFileAtomic(dir / "origin.toml", ConfigText("file://" + root, "", origin_port, origin_metrics)).ok());
+  REQUIRE(WriteFileAtomic(dir / "node.toml",
+                          ConfigText("grpc://127.0.0.1:" + std::to_string(origin_port), socket, node_port, node_metrics,
+                                     "[cache]\ndir = \"" + (dir / "cache") +
+                                         "\"\nsize = \"64MiB\"\nsegment_size = \"8MiB\"\n[local]\narena_size = \"8MiB\"\n"))
+              .ok());
+  Process origin({BinPath("shardcached"), "--config", dir / "origin.toml"}, dir / "origin.log");
+  Process node({BinPath("shardcached"), "--config", dir / "node.toml"}, dir / "node.log");
+  REQUIRE(Eventually([&] { return Http(origin_metrics, "/ready").first == 200; }));
+  REQUIRE(Eventually([&] { return Http(node_metrics, "/ready").first == 200; }));
+  INFO("node log:\n" << LogTail(dir / "node.log"));
+
+  // From start, before any request: every family of each role, at zero.
+  const std::string origin_fresh = Http(origin_metrics, "/metrics").second;
+  RequireFamilies(origin_fresh, kProcessFamilies);
+  RequireFamilies(origin_fresh, kOriginFamilies);
+  RequireFamilies(origin_fresh, kFileUpstreamFamilies);
+  const std::string node_fresh = Http(node_metrics, "/metrics").second;
+  RequireFamilies(node_fresh, kProcessFamilies);
+  RequireFamilies(node_fresh, kOriginFamilies);
+  RequireFamilies(node_fresh, kNodeFamilies);
+
+  // Serve: a trainer reads an epoch on the local socket (stall time, per dataset-and-rank
+  // series), and a downstream daemon reads the dataset through the node's Origin port.
+  {
+    LocalConn conn(socket);
+    conn.Hello(5);
+    const uint64_t loader = conn.OpenLoader("tokens", 16, /*ring=*/false).loader_id();
+    for (;;) {
+      v1::LocalRequest req;
+      req.mutable_next_batch()->set_loader_id(loader);
+      auto r = conn.Call(req);
+      REQUIRE(r.code() == 0);
+      if (r.next_batch().end_of_epoch()) break;
+      v1::LocalRequest rel;
+      rel.mutable_release_batch()->set_loader_id(loader);
+      rel.mutable_release_batch()->set_slot(r.next_batch().slot());
+      rel.mutable_release_batch()->set_no_reply(true);
+      conn.Send(rel);
+    }
+  }
+  std::string out;
+  REQUIRE(RunCommand(BinPath("shardctl") + " fetch --timeout 30 --upstream grpc://127.0.0.1:" +
+                         std::to_string(node_port) + " tokens all " + (dir / "out"),
+                     &out) == 0);
+  const std::string node_served = Http(node_metrics, "/metrics").second;
+  CHECK(node_served.find("shardcache_loader_stall_seconds_total{dataset=\"tokens\",rank=\"0\"}") != std::string::npos);
+  RequirePromtoolPasses(dir, "origin", Http(origin_metrics, "/metrics").second);
+  RequirePromtoolPasses(dir, "node", node_served);
 }
 
 }  // namespace

@@ -24,7 +24,8 @@ TEST_CASE("the Prometheus text parser keeps label sets and survives quoted brace
   CHECK_FALSE(ParsePrometheusText("x notanumber\n").ok());
 }
 
-TEST_CASE("a top frame shows interval hit ratio, tier rates and the most stalled loader first", "[deploy][shardctl]") {
+TEST_CASE("a top frame shows interval hit ratio, tier rates and the most stalled dataset and rank first",
+          "[deploy][shardctl]") {
   const Samples prev = Parse(
       "shardcache_process_uptime_seconds 100\n"
       "shardcache_cache_hits_total{tier=\"dram\"} 100\nshardcache_cache_hits_total{tier=\"nvme\"} 0\n"
@@ -32,10 +33,11 @@ TEST_CASE("a top frame shows interval hit ratio, tier rates and the most stalled
       "shardcache_cache_served_bytes_total{tier=\"dram\"} 0\nshardcache_cache_served_bytes_total{tier=\"nvme\"} 0\n"
       "shardcache_cache_served_bytes_total{tier=\"upstream\"} 0\n"
       "shardcache_upstream_payload_bytes_total 0\nshardcache_upstream_wire_bytes_total 0\n"
-      "shardcache_loader_bytes_total{loader=\"1\",dataset=\"tokens\",rank=\"0\"} 0\n"
-      "shardcache_loader_stall_microseconds_total{loader=\"1\",dataset=\"tokens\",rank=\"0\"} 0\n"
-      "shardcache_loader_bytes_total{loader=\"2\",dataset=\"tokens\",rank=\"1\"} 0\n"
-      "shardcache_loader_stall_microseconds_total{loader=\"2\",dataset=\"tokens\",rank=\"1\"} 0\n");
+      "shardcache_loader_bytes_total{dataset=\"tokens\",rank=\"0\"} 0\n"
+      "shardcache_loader_stall_seconds_total{dataset=\"tokens\",rank=\"0\"} 0\n"
+      "shardcache_loader_bytes_total{dataset=\"tokens\",rank=\"1\"} 0\n"
+      "shardcache_loader_stall_seconds_total{dataset=\"tokens\",rank=\"1\"} 0\n"
+      "shardcache_loader_bytes_total{dataset=\"old\",rank=\"0\"} 4096\n");
   const Samples cur = Parse(
       "shardcache_process_uptime_seconds 101\n"
       "shardcache_cache_hits_total{tier=\"dram\"} 160\nshardcache_cache_hits_total{tier=\"nvme\"} 30\n"
@@ -43,22 +45,28 @@ TEST_CASE("a top frame shows interval hit ratio, tier rates and the most stalled
       "shardcache_cache_served_bytes_total{tier=\"dram\"} 1048576\nshardcache_cache_served_bytes_total{tier=\"nvme\"} 524288\n"
       "shardcache_cache_served_bytes_total{tier=\"upstream\"} 0\n"
       "shardcache_upstream_payload_bytes_total 2097152\nshardcache_upstream_wire_bytes_total 1048576\n"
-      "shardcache_loader_bytes_total{loader=\"1\",dataset=\"tokens\",rank=\"0\"} 1048576\n"
-      "shardcache_loader_stall_microseconds_total{loader=\"1\",dataset=\"tokens\",rank=\"0\"} 50000\n"
-      "shardcache_loader_bytes_total{loader=\"2\",dataset=\"tokens\",rank=\"1\"} 524288\n"
-      "shardcache_loader_stall_microseconds_total{loader=\"2\",dataset=\"tokens\",rank=\"1\"} 400000\n");
+      "shardcache_loader_bytes_total{dataset=\"tokens\",rank=\"0\"} 1048576\n"
+      "shardcache_loader_stall_seconds_total{dataset=\"tokens\",rank=\"0\"} 0.05\n"
+      "shardcache_loader_open{dataset=\"tokens\",rank=\"0\"} 1\n"
+      "shardcache_loader_bytes_total{dataset=\"tokens\",rank=\"1\"} 524288\n"
+      "shardcache_loader_stall_seconds_total{dataset=\"tokens\",rank=\"1\"} 0.8\n"
+      "shardcache_loader_open{dataset=\"tokens\",rank=\"1\"} 2\n"
+      "shardcache_loader_bytes_total{dataset=\"old\",rank=\"0\"} 4096\n"
+      "shardcache_loader_open{dataset=\"old\",rank=\"0\"} 0\n");
   const std::string frame = RenderTopFrame(prev, cur, 1.0, "127.0.0.1:9750");
   INFO(frame);
   // 60 dram + 30 nvme hits, 10 misses in the interval.
   CHECK(frame.find("hit ratio  90.0%  (dram 60.0%, nvme 30.0%, miss 10.0%; last interval)") != std::string::npos);
   CHECK(frame.find("served    1.50 MiB/s  (dram 1.00 MiB/s, nvme 512.00 KiB/s, upstream 0 B/s)") != std::string::npos);
   CHECK(frame.find("upstream  2.00 MiB/s verified  wire 1.00 MiB/s (x2.00)") != std::string::npos);
-  const size_t rank1 = frame.find("tokens                           1"), rank0 = frame.find("tokens                           0");
+  const size_t rank1 = frame.find("tokens                           1       2"),
+               rank0 = frame.find("tokens                           0       1");
   REQUIRE(rank1 != std::string::npos);
   REQUIRE(rank0 != std::string::npos);
-  CHECK(rank1 < rank0);  // 40% stalled before 5% stalled
+  CHECK(rank1 < rank0);  // 40% stalled per loader (0.8 s over 2 loaders) before 5% stalled
   CHECK(frame.find("  40.0%") != std::string::npos);
   CHECK(frame.find("   5.0%") != std::string::npos);
+  CHECK(frame.find("old") == std::string::npos);  // no loader open and nothing read: not shown
 }
 
 }  // namespace

@@ -20,11 +20,14 @@
 
 namespace shardcache::testing {
 
-inline bool Ready(int metrics_port) {
+// /ready says 200; with `degraded_is_up`, also 503 "degraded" (serving, but a check fails,
+// e.g. the upstream is down) — anything but not answering or "starting".
+inline bool Ready(int metrics_port, bool degraded_is_up = false) {
   httplib::Client cli("127.0.0.1", metrics_port);
   cli.set_connection_timeout(std::chrono::seconds(1));
   auto res = cli.Get("/ready");
-  return res && res->status == 200;
+  if (!res) return false;
+  return res->status == 200 || (degraded_is_up && res->body.rfind("degraded", 0) == 0);
 }
 
 // One shardcached process with its own generated config; `socket` "" = no local service.
@@ -36,7 +39,7 @@ struct Daemon {
   std::unique_ptr<Process> proc;
 
   Daemon(const TempDir& dir, std::string n, const std::string& upstream, uint64_t cache_size,
-         uint64_t segment_size = 1 << 20, std::string socket_path = "")
+         uint64_t segment_size = 8 << 20, std::string socket_path = "")
       : name(std::move(n)), config(dir / (name + ".toml")), log(dir / (name + ".log")),
         cache_dir(dir / (name + "-cache")), socket(std::move(socket_path)), cache_bytes(cache_size) {
     const std::string text =
@@ -51,10 +54,11 @@ struct Daemon {
   std::string Url() const { return "grpc://127.0.0.1:" + std::to_string(origin_port); }
   std::string MetricsAddr() const { return "127.0.0.1:" + std::to_string(metrics_port); }
 
-  void Start() {
+  // Starts the daemon and waits until it serves (`degraded_is_up`: also with a failing check).
+  void Start(bool degraded_is_up = false) {
     proc = std::make_unique<Process>(std::vector<std::string>{Bin("shardcached"), "--config", config}, log);
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!Ready(metrics_port)) {
+    while (!Ready(metrics_port, degraded_is_up)) {
       INFO(name << " log:\n" << LogTail(log));
       REQUIRE(proc->Running());
       REQUIRE(std::chrono::steady_clock::now() < end);

@@ -36,7 +36,7 @@ struct OriginAndNode {
   Daemon origin, node;
   OriginAndNode(const TempDir& dir, const std::string& root)
       : origin(dir, "origin", "file://" + root, 0),
-        node(dir, "node", origin.Url(), 64 << 20, 1 << 20, dir / "node.sock") {
+        node(dir, "node", origin.Url(), 64 << 20, 8 << 20, dir / "node.sock") {
     origin.Start();
     node.Start();
   }

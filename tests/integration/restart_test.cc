@@ -100,7 +100,7 @@ struct Rig {
     REQUIRE(MakeRecordsDataset(root, "rec", kShards, kPerShard, record_bytes, 256 * 1024).ok());
     origin = std::make_unique<Daemon>(dir, "origin", "file://" + root, 0);
     origin->Start();
-    node = std::make_unique<Daemon>(dir, "node", origin->Url(), 512 << 20, 4 << 20, dir / "node.sock");
+    node = std::make_unique<Daemon>(dir, "node", origin->Url(), 512 << 20, 8 << 20, dir / "node.sock");
     node->Start();
   }
 };
@@ -161,7 +161,7 @@ TEST_CASE("SIGTERM stops a node within 30 s while its upstream is a black hole, 
   INFO("node log:\n" << LogTail(rig.node->log));
   CHECK(code != -1);
   CHECK(took < std::chrono::seconds(30));
-  rig.node->Start();
+  rig.node->Start(/*degraded_is_up=*/true);  // its upstream is still a black hole
   rig.origin->proc->Signal(SIGCONT);
   reader.join();
   // The trainer continued on the successor: the whole epoch, every sample once.

@@ -106,13 +106,13 @@ void KillDuringFillRounds(int rounds) {
   TempDir dir;
   const std::string root = dir / "datasets";
   REQUIRE(MakeDirs(root).ok());
-  // 4 shards × 4 MiB in 64 KiB chunks = 256 chunks, 16 MiB; the node's budget is 12 MiB, so
-  // the fill also evicts while it is killed.
-  auto ds = MakeRecordsDataset(root, "recs", 4, 256, 16 << 10, 64 << 10);
+  // 6 shards × 4 MiB in 64 KiB chunks = 384 chunks, 24 MiB; the node's budget of 26 MiB holds
+  // two 8 MiB segments next to its index reserve, so the fill also evicts while it is killed.
+  auto ds = MakeRecordsDataset(root, "recs", 6, 256, 16 << 10, 64 << 10);
   REQUIRE(ds.ok());
   Daemon origin(dir, "origin", "file://" + root, 0);
   origin.Start();
-  Daemon node(dir, "node", origin.Url(), 12 << 20);
+  Daemon node(dir, "node", origin.Url(), 26 << 20);
   node.Start();
   std::mt19937 rng(42);
   int interrupted_rounds = 0;

@@ -111,7 +111,7 @@ struct Node {
                                 std::to_string(origin_port) + "\"\nsocket = \"" + socket +
                                 "\"\nmetrics = \"127.0.0.1:" + std::to_string(metrics_port) +
                                 "\"\n[cache]\ndir = \"" + (dir / "cache") +
-                                "\"\nsize = \"64MiB\"\nsegment_size = \"1MiB\"\nmemory_size = \"0\"\n"
+                                "\"\nsize = \"64MiB\"\nsegment_size = \"8MiB\"\nmemory_size = \"0\"\n"
                                 "min_free = \"1%\"\n[log]\nlevel = \"info\"\n")
                 .ok());
     proc = std::make_unique<Process>(std::vector<std::string>{Bin("shardcached"), "--config", config}, log);

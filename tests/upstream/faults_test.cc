@@ -2,6 +2,7 @@
 // goes down and comes back, and a blackholed connection.
 #include <signal.h>
 
+#include "testing/eventually.h"
 #include "testing/process.h"
 #include "upstream/origin_fixture.h"
 
@@ -119,4 +120,36 @@ TEST_CASE("a blackholed upstream fails with Unavailable at the deadline", "[faul
   CHECK(r.status().code() == StatusCode::kUnavailable);
   CHECK(waited >= 2.9);
   CHECK(waited < 6.5);
+}
+
+TEST_CASE("a link down for longer than outage_timeout ends reads with Unavailable long before the deadline, "
+          "and reads work again once it is back",
+          "[faults][wanem]") {
+  if (!HaveWanem()) return;
+  WanFixture w({"--rtt-ms", "2"});
+  upstream::GrpcSourceOptions co;
+  co.outage_timeout = std::chrono::seconds(2);
+  auto client = w.Client(co);
+  auto d = client->OpenDataset("big");
+  REQUIRE(d.ok());
+  w.wanem->Signal(SIGUSR1);  // down: connections reset, new ones refused
+  const auto t0 = Clock::now();
+  auto r = ReadShard(*client, *d, 0, std::chrono::seconds(60));
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  INFO(r.status().ToString());
+  CHECK(r.status().code() == StatusCode::kUnavailable);
+  CHECK_THAT(r.status().message(), Catch::Contains("upstream 127.0.0.1:" + std::to_string(w.port) +
+                                                   " has not answered for") &&
+                                       Catch::Contains("last error: "));
+  CHECK(waited < 2 + 2);  // the bound, not the 60 s deadline (old code: retried until it)
+  CHECK(Eventually([&] { return !client->health().up; }, std::chrono::seconds(5)));
+  // While the outage goes on, a read fails at once.
+  const auto t1 = Clock::now();
+  CHECK(ReadShard(*client, *d, 1, std::chrono::seconds(60)).status().code() == StatusCode::kUnavailable);
+  CHECK(Clock::now() - t1 < std::chrono::milliseconds(500));
+  w.wanem->Signal(SIGUSR1);  // up again
+  REQUIRE(Eventually([&] { return client->health().up; }, std::chrono::seconds(10)));
+  auto again = ReadShard(*client, *d, 1, std::chrono::seconds(60));
+  REQUIRE(again.ok());
+  CHECK(*again == FileBytes(w.Shard(1), 0, 8 << 20));
 }

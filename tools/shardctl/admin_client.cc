@@ -1,16 +1,54 @@
 #include "tools/shardctl/admin_client.h"
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 
 #include <httplib.h>
 
+#include "config/config.h"
+
 namespace shardcache::shardctl {
 
-void AddMetricsAddrOption(CLI::App* sub, std::string* addr) {
-  *addr = kDefaultMetricsAddr;
-  sub->add_option("--metrics-addr", *addr, "the daemon's admin endpoint (listen.metrics)")
-      ->capture_default_str();
+void AdminTarget::AddOptions(CLI::App* sub) {
+  sub->add_option_function<std::string>(
+         "--config", [this](const std::string& path) {
+           config = path;
+           config_given = true;
+         },
+         "the daemon's config, whose listen.metrics is the admin endpoint (default " +
+             std::string(kDefaultConfigPath) + ")");
+  sub->add_option("--metrics-addr", metrics_addr,
+                  "the daemon's admin endpoint HOST:PORT (default: listen.metrics of --config, else " +
+                      std::string(kDefaultMetricsAddr) + ")");
+}
+
+Result<std::string> AdminTarget::Resolve(std::string* origin) const {
+  if (!metrics_addr.empty()) {
+    *origin = "--metrics-addr";
+    return metrics_addr;
+  }
+  auto c = config::LoadConfig(config, config::ReferencedFiles::kSkip);
+  if (c.ok()) {
+    if (c->listen.metrics.empty()) {
+      return FailedPrecondition("the daemon's admin endpoint is off (listen.metrics = \"\" in " + config +
+                                "); set it there, or pass --metrics-addr");
+    }
+    *origin = "listen.metrics in " + config;
+    return c->listen.metrics;
+  }
+  // First line only: a refused config lists every problem on lines of their own.
+  const std::string why = c.status().message().substr(0, c.status().message().find('\n'));
+  *origin = "the default address; " + why;
+  if (config_given) std::fprintf(stderr, "shardctl: cannot use --config %s (%s); trying %s\n", config.c_str(),
+                                 why.c_str(), kDefaultMetricsAddr);
+  return std::string(kDefaultMetricsAddr);
+}
+
+Result<AdminClient> AdminClient::For(const AdminTarget& target) {
+  std::string origin;
+  SC_ASSIGN_OR_RETURN(std::string address, target.Resolve(&origin));
+  return AdminClient(std::move(address), std::move(origin));
 }
 
 Result<std::string> AdminClient::Request(bool post, const std::string& path, int timeout_ms) {
@@ -24,15 +62,16 @@ Result<std::string> AdminClient::Request(bool post, const std::string& path, int
   }
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host.empty() || port <= 0 || port > 65535) {
-    return InvalidArgument("--metrics-addr '" + address_ + "' is not host:port");
+    return InvalidArgument("admin address '" + address_ + "' (" + origin_ + ") is not host:port");
   }
   httplib::Client cli(host, port);
   cli.set_connection_timeout(std::chrono::milliseconds(timeout_ms));
   cli.set_read_timeout(std::chrono::milliseconds(timeout_ms));
   auto res = post ? cli.Post(path.c_str()) : cli.Get(path.c_str());
   if (!res) {
-    return Unavailable("cannot reach shardcached at " + address_ + " (" + httplib::to_string(res.error()) +
-                       "); is it running, and is listen.metrics set to this address?");
+    return Unavailable("cannot reach shardcached at " + address_ + " (" +
+                       (origin_.empty() ? "" : origin_ + ": ") + httplib::to_string(res.error()) +
+                       "); is it running, and is this its listen.metrics? (--config PATH, --metrics-addr HOST:PORT)");
   }
   if (res->status != 200) {
     return Status(res->status == 404 ? StatusCode::kNotFound

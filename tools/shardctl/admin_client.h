@@ -1,6 +1,6 @@
 // AdminClient: shardctl's side of the daemon's admin HTTP endpoint (daemon/admin/admin_server.h)
 // — GET /status, GET /metrics, POST /evict — plus a parser for the Prometheus text format that
-// `shardctl top` reads.
+// `shardctl top` reads, and how a subcommand finds the endpoint (AdminTarget).
 //
 // Thread safety: one AdminClient per thread; ParsePrometheusText is a pure function.
 #pragma once
@@ -16,13 +16,32 @@
 namespace shardcache::shardctl {
 
 constexpr char kDefaultMetricsAddr[] = "127.0.0.1:9750";
+constexpr char kDefaultConfigPath[] = "/etc/shardcache/shardcached.toml";
 
-// Adds --metrics-addr HOST:PORT (default 127.0.0.1:9750) to a subcommand.
-void AddMetricsAddrOption(CLI::App* sub, std::string* addr);
+// Where a running daemon's admin endpoint is: --metrics-addr when given; else listen.metrics of
+// the daemon's config (--config, default /etc/shardcache/shardcached.toml); else, when that
+// file cannot be read or parsed, the default address — and the reason is kept for the error
+// message should the default address not answer.
+struct AdminTarget {
+  std::string config = kDefaultConfigPath;
+  std::string metrics_addr;     // "" = from the config
+  bool config_given = false;    // --config was on the command line
+
+  // Adds --config and --metrics-addr to a subcommand.
+  void AddOptions(CLI::App* sub);
+  // The address; *origin says where it came from ("listen.metrics in PATH", or "the default
+  // address; PATH: why not"). FailedPrecondition when the config turns the endpoint off.
+  Result<std::string> Resolve(std::string* origin) const;
+};
 
 class AdminClient {
  public:
-  explicit AdminClient(std::string address) : address_(std::move(address)) {}
+  // `origin`: where the address came from, for messages (AdminTarget::Resolve).
+  explicit AdminClient(std::string address, std::string origin = "")
+      : address_(std::move(address)), origin_(std::move(origin)) {}
+  // The client for `target`, or the error that keeps it from having an address.
+  static Result<AdminClient> For(const AdminTarget& target);
+  const std::string& address() const { return address_; }
   // Body of a 200 answer; Unavailable naming the address when the daemon cannot be reached;
   // the HTTP code and body otherwise.
   Result<std::string> Get(const std::string& path, int timeout_ms = 5000);
@@ -30,7 +49,8 @@ class AdminClient {
 
  private:
   Result<std::string> Request(bool post, const std::string& path, int timeout_ms);
-  const std::string address_;
+  std::string address_;
+  std::string origin_;
 };
 
 // One scrape: series key (metric name plus rendered labels exactly as exposed, e.g.

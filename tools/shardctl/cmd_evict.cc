@@ -1,4 +1,4 @@
-// shardctl evict DATASET [--metrics-addr HOST:PORT]
+// shardctl evict DATASET [--config PATH | --metrics-addr HOST:PORT]
 // Drops every cached chunk of DATASET (all versions) from a running daemon's cache tiers.
 #include <cstdio>
 
@@ -23,24 +23,28 @@ std::string UrlEncode(const std::string& s) {
   return out;
 }
 
-int RunEvict(const std::string& addr, const std::string& dataset) {
-  AdminClient client(addr);
-  auto body = client.Post("/evict?dataset=" + UrlEncode(dataset));
+int RunEvict(const AdminTarget& target, const std::string& dataset) {
+  auto client = AdminClient::For(target);
+  if (!client.ok()) {
+    std::fprintf(stderr, "shardctl evict: %s\n", client.status().message().c_str());
+    return 1;
+  }
+  auto body = client->Post("/evict?dataset=" + UrlEncode(dataset));
   if (!body.ok()) {
     std::fprintf(stderr, "shardctl evict: %s\n", body.status().message().c_str());
     return body.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::printf("evicted dataset '%s' from %s\n", dataset.c_str(), addr.c_str());
+  std::printf("evicted dataset '%s' from %s\n", dataset.c_str(), client->address().c_str());
   return 0;
 }
 
 const CommandRegistration kEvict("evict", "drop a dataset's chunks from a running daemon's cache",
                                  [](CLI::App* sub) -> std::function<int()> {
-  auto addr = std::make_shared<std::string>();
+  auto target = std::make_shared<AdminTarget>();
   auto dataset = std::make_shared<std::string>();
   sub->add_option("dataset", *dataset, "dataset name")->required();
-  AddMetricsAddrOption(sub, addr.get());
-  return [addr, dataset] { return RunEvict(*addr, *dataset); };
+  target->AddOptions(sub);
+  return [target, dataset] { return RunEvict(*target, *dataset); };
 });
 
 }  // namespace

@@ -1,4 +1,4 @@
-// shardctl status [--metrics-addr HOST:PORT] [--json]
+// shardctl status [--config PATH | --metrics-addr HOST:PORT] [--json]
 // The daemon's health, upstream, cache tiers (used vs budget), clients and datasets, from its
 // admin endpoint's /status document.
 #include <cstdio>
@@ -25,9 +25,14 @@ std::string Duration(double seconds) {
   return buf;
 }
 
-int RunStatus(const std::string& addr, bool json) {
-  AdminClient client(addr);
-  auto body = client.Get("/status");
+int RunStatus(const AdminTarget& target, bool json) {
+  auto client = AdminClient::For(target);
+  if (!client.ok()) {
+    std::fprintf(stderr, "shardctl status: %s\n", client.status().message().c_str());
+    return 1;
+  }
+  const std::string& addr = client->address();
+  auto body = client->Get("/status");
   if (!body.ok()) {
     std::fprintf(stderr, "shardctl status: %s\n", body.status().message().c_str());
     return 1;
@@ -45,6 +50,10 @@ int RunStatus(const std::string& addr, bool json) {
   std::printf("health    %s (pid %lld, up %s, shardcached %s)\n", health.c_str(),
               static_cast<long long>(j.value("pid", 0)), Duration(j.value("uptime_seconds", 0.0)).c_str(),
               j.value("version", "?").c_str());
+  // What makes it degraded: each failing check of /ready, one line each.
+  if (j.contains("problems") && j["problems"].is_array()) {
+    for (const auto& p : j["problems"]) std::printf("problem   %s\n", p.get<std::string>().c_str());
+  }
   if (j.contains("upstream")) {
     const auto& u = j["upstream"];
     const uint64_t cap = U64(u, "bandwidth_bytes_per_second");
@@ -105,11 +114,11 @@ int RunStatus(const std::string& addr, bool json) {
 
 const CommandRegistration kStatus("status", "show a running daemon's health, tiers and datasets",
                                   [](CLI::App* sub) -> std::function<int()> {
-  auto addr = std::make_shared<std::string>();
+  auto target = std::make_shared<AdminTarget>();
   auto json = std::make_shared<bool>(false);
-  AddMetricsAddrOption(sub, addr.get());
+  target->AddOptions(sub);
   sub->add_flag("--json", *json, "print the raw /status JSON document");
-  return [addr, json] { return RunStatus(*addr, *json); };
+  return [target, json] { return RunStatus(*target, *json); };
 });
 
 }  // namespace

@@ -1,4 +1,4 @@
-// shardctl top [--metrics-addr HOST:PORT] [--interval S] [--once]
+// shardctl top [--config PATH | --metrics-addr HOST:PORT] [--interval S] [--once]
 // A live view of a running daemon, refreshed every interval from its /metrics: hit ratio,
 // bytes per tier, upstream goodput, trainers' throughput and stall per loader. On a terminal
 // each frame replaces the last (ANSI clear); piped, frames are separated by a blank line.
@@ -24,14 +24,20 @@ Result<Samples> Scrape(AdminClient& client) {
   return ParsePrometheusText(body);
 }
 
-int RunTop(const std::string& addr, double interval_s, bool once) {
+int RunTop(const AdminTarget& target, double interval_s, bool once) {
   if (!(interval_s >= 0.1 && interval_s <= 3600)) {
     std::fprintf(stderr, "shardctl top: --interval must be between 0.1 and 3600 seconds\n");
     return 2;
   }
   signal(SIGINT, [](int) { g_stop = 1; });
   const bool tty = isatty(STDOUT_FILENO) != 0;
-  AdminClient client(addr);
+  auto resolved = AdminClient::For(target);
+  if (!resolved.ok()) {
+    std::fprintf(stderr, "shardctl top: %s\n", resolved.status().message().c_str());
+    return 1;
+  }
+  AdminClient& client = *resolved;
+  const std::string& addr = client.address();
   auto prev = Scrape(client);
   if (!prev.ok()) {
     std::fprintf(stderr, "shardctl top: %s\n", prev.status().message().c_str());
@@ -63,13 +69,13 @@ int RunTop(const std::string& addr, double interval_s, bool once) {
 
 const CommandRegistration kTop("top", "live view of a running daemon (hit ratio, throughput, stalls)",
                                [](CLI::App* sub) -> std::function<int()> {
-  auto addr = std::make_shared<std::string>();
+  auto target = std::make_shared<AdminTarget>();
   auto interval = std::make_shared<double>(1.0);
   auto once = std::make_shared<bool>(false);
-  AddMetricsAddrOption(sub, addr.get());
+  target->AddOptions(sub);
   sub->add_option("--interval", *interval, "seconds between frames")->capture_default_str();
   sub->add_flag("--once", *once, "print one frame and exit");
-  return [addr, interval, once] { return RunTop(*addr, *interval, *once); };
+  return [target, interval, once] { return RunTop(*target, *interval, *once); };
 });
 
 }  // namespace

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
-#include <set>
+#include <map>
 #include <vector>
 
 #include "common/units.h"
@@ -96,7 +96,7 @@ std::string RenderTopFrame(const Samples& prev, const Samples& cur, double dt, c
   // Trainers, node-wide.
   if (cur.count("shardcache_serve_bytes_total") != 0) {
     const double conns = Value(cur, "shardcache_serve_connections");
-    const double stall_s = delta("shardcache_serve_stall_microseconds_total") / 1e6 / dt;
+    const double stall_s = delta("shardcache_serve_stall_seconds_total") / dt;
     out += Fmt("trainers  %.0f connected  %.1f batches/s  %s  waiting %.2f s/s",
                conns, delta("shardcache_serve_batches_total") / dt,
                Rate(delta("shardcache_serve_bytes_total") / dt).c_str(), stall_s);
@@ -104,35 +104,41 @@ std::string RenderTopFrame(const Samples& prev, const Samples& cur, double dt, c
     out += "\n";
   }
 
-  // Per loader.
+  // Per (dataset, rank): the pairs with open loaders or reads in the interval.
   const auto bytes = Series(cur, "shardcache_loader_bytes_total");
-  if (!bytes.empty()) {
-    const auto bytes_prev = Series(prev, "shardcache_loader_bytes_total");
-    const auto batches = Series(cur, "shardcache_loader_batches_total");
-    const auto batches_prev = Series(prev, "shardcache_loader_batches_total");
-    const auto stall = Series(cur, "shardcache_loader_stall_microseconds_total");
-    const auto stall_prev = Series(prev, "shardcache_loader_stall_microseconds_total");
-    auto d = [](const std::map<std::string, double>& a, const std::map<std::string, double>& b, const std::string& k) {
-      auto ia = a.find(k);
-      auto ib = b.find(k);
-      return std::max(0.0, (ia == a.end() ? 0 : ia->second) - (ib == b.end() ? 0 : ib->second));
-    };
-    struct Row { std::string loader, dataset, rank; double bps, batches, stall_pct; };
-    std::vector<Row> rows;
-    for (const auto& [labels, v] : bytes) {
-      rows.push_back({LabelValue(labels, "loader"), LabelValue(labels, "dataset"), LabelValue(labels, "rank"),
-                      d(bytes, bytes_prev, labels) / dt, d(batches, batches_prev, labels) / dt,
-                      100 * d(stall, stall_prev, labels) / 1e6 / dt});
-    }
-    // The slowest (most stalled) loaders first: they are the ones an operator looks for.
+  const auto bytes_prev = Series(prev, "shardcache_loader_bytes_total");
+  const auto batches = Series(cur, "shardcache_loader_batches_total");
+  const auto batches_prev = Series(prev, "shardcache_loader_batches_total");
+  const auto stall = Series(cur, "shardcache_loader_stall_seconds_total");
+  const auto stall_prev = Series(prev, "shardcache_loader_stall_seconds_total");
+  const auto open = Series(cur, "shardcache_loader_open");
+  auto at = [](const std::map<std::string, double>& m, const std::string& k) {
+    auto it = m.find(k);
+    return it == m.end() ? 0.0 : it->second;
+  };
+  auto d = [&](const std::map<std::string, double>& a, const std::map<std::string, double>& b, const std::string& k) {
+    return std::max(0.0, at(a, k) - at(b, k));
+  };
+  struct Row { std::string dataset, rank; double loaders, bps, batches, stall_pct; };
+  std::vector<Row> rows;
+  for (const auto& [labels, v] : bytes) {
+    const double loaders = at(open, labels), moved = d(bytes, bytes_prev, labels);
+    if (loaders <= 0 && moved <= 0) continue;
+    // Stall per loader: the trainers of one rank (DataLoader workers) each wait on their own.
+    rows.push_back({LabelValue(labels, "dataset"), LabelValue(labels, "rank"), loaders, moved / dt,
+                    d(batches, batches_prev, labels) / dt,
+                    100 * d(stall, stall_prev, labels) / dt / std::max(1.0, loaders)});
+  }
+  if (!rows.empty()) {
+    // The most stalled first: they are the ones an operator looks for.
     std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.stall_pct > b.stall_pct; });
-    out += Fmt("\n%-8s %-28s %5s %10s %14s %7s\n", "LOADER", "DATASET", "RANK", "BATCHES/S", "THROUGHPUT", "STALL%");
+    out += Fmt("\n%-28s %5s %7s %10s %14s %7s\n", "DATASET", "RANK", "LOADERS", "BATCHES/S", "THROUGHPUT", "STALL%");
     for (const auto& r : rows) {
-      out += Fmt("%-8s %-28s %5s %10.1f %14s %6.1f%%\n", r.loader.c_str(), r.dataset.substr(0, 28).c_str(),
-                 r.rank.c_str(), r.batches, Rate(r.bps).c_str(), std::min(100.0, r.stall_pct));
+      out += Fmt("%-28s %5s %7.0f %10.1f %14s %6.1f%%\n", r.dataset.substr(0, 28).c_str(), r.rank.c_str(), r.loaders,
+                 r.batches, Rate(r.bps).c_str(), std::min(100.0, r.stall_pct));
     }
   } else {
-    out += "\n(no per-loader series exported; trainer figures above are node-wide)\n";
+    out += "\n(no loader open; trainer figures above are node-wide)\n";
   }
   return out;
 }

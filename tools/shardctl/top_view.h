@@ -1,13 +1,15 @@
 // TopView: one frame of `shardctl top` — rates computed between two scrapes of a daemon's
 // /metrics: hit ratio, bytes served per tier, upstream goodput and compression, trainers'
-// throughput and stall (time spent waiting in NextBatch) per loader.
+// throughput and stall (time spent waiting in NextBatch) per dataset and rank.
 //
-// Per-loader rows come from series labelled by loader (name-stable contract with the local
-// service):
-//   shardcache_loader_bytes_total{loader=...,dataset=...,rank=...}
+// Those rows come from the series the local service keeps per (dataset, rank) (name-stable
+// contract with daemon/serve/serve_metrics.h):
+//   shardcache_loader_bytes_total{dataset=...,rank=...}
 //   shardcache_loader_batches_total{...}
-//   shardcache_loader_stall_microseconds_total{...}
-// Without them the frame shows the node-wide trainer figures (shardcache_serve_*).
+//   shardcache_loader_stall_seconds_total{...}
+//   shardcache_loader_open{...}            loaders of the pair open now
+// A pair is shown while it has open loaders or read in the interval; STALL% is per loader.
+// Without any, the frame shows the node-wide trainer figures (shardcache_serve_*).
 //
 // Thread safety: pure function.
 #pragma once
