@@ -1,5 +1,7 @@
 #include "daemon/daemon.h"
 
+#include <signal.h>
+
 #include <future>
 
 #include <nlohmann/json.hpp>
@@ -54,6 +56,8 @@ Status Daemon::StartAdmin() {
   h.status_json = [this] { return StatusJson(); };
   h.evict = [this](const std::string& d) { return EvictDataset(d); };
   h.ready = [this] { return Readiness(); };
+  // The main loop stops the daemon on SIGTERM (main.cc): a drain is that stop, asked over HTTP.
+  h.drain = [] { ::kill(::getpid(), SIGTERM); };
   admin_ = std::make_unique<admin::AdminServer>(o, std::move(h));
   return admin_->Start();
 }
@@ -386,7 +390,7 @@ std::string Daemon::StatusJson() const {
   if (is_ready && parts_->local) {
     j["clients"] = nlohmann::json::parse(parts_->local->StatsJson(), nullptr, false);
   }
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 Result<std::vector<v1::DatasetSummary>> Daemon::ListDatasetsBounded() const {

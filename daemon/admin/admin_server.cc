@@ -12,6 +12,13 @@
 namespace shardcache::admin {
 namespace {
 
+// A JSON reply. Request paths and parameters are whatever a client sent: bytes that are not
+// UTF-8 are replaced, not thrown over (an uncaught exception in a handler ends the daemon; a
+// GET of /%ff once did).
+std::string JsonText(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 int HttpCodeFor(StatusCode code) {
   switch (code) {
     case StatusCode::kOk: return 200;
@@ -57,7 +64,7 @@ AdminServer::~AdminServer() { Stop(); }
 
 void AdminServer::Route() {
   // Every path's request counter exists, at zero, from the start.
-  for (const char* path : {"/metrics", "/status", "/ready", "/evict"}) RequestCounter(path);
+  for (const char* path : {"/metrics", "/status", "/ready", "/evict", "/drain"}) RequestCounter(path);
   auto& s = *server_;
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     static auto* requests = RequestCounter("/metrics");
@@ -119,15 +126,23 @@ void AdminServer::Route() {
         reply["error"] = st.ToString();
       }
     }
-    res.set_content(reply.dump() + "\n", "application/json");
+    res.set_content(JsonText(reply), "application/json");
+  });
+  s.Post("/drain", [this](const httplib::Request& req, httplib::Response& res) {
+    static auto* requests = RequestCounter("/drain");
+    requests->Add();
+    spdlog::info("admin: drain requested from {}", req.remote_addr);
+    handlers_.drain();
+    res.status = 202;
+    res.set_content("{\"draining\":true}\n", "application/json");
   });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     nlohmann::json reply;
     reply["error"] = res.status == 404 ? "no such endpoint " + req.path +
-                                             " (try /metrics, /status, /ready, POST /evict?dataset=NAME)"
+                                             " (try /metrics, /status, /ready, POST /evict?dataset=NAME, POST /drain)"
                                        : "HTTP " + std::to_string(res.status);
-    res.set_content(reply.dump() + "\n", "application/json");
+    res.set_content(JsonText(reply), "application/json");
   });
 }
 
@@ -160,7 +175,7 @@ Status AdminServer::Start() {
   // httplib's stop() is a no-op until the listen loop runs; wait for it so that a Stop()
   // right after Start() cannot leave the loop running forever.
   while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  spdlog::info("admin HTTP on {}:{} (/metrics /status /ready /evict)", host, port_);
+  spdlog::info("admin HTTP on {}:{} (/metrics /status /ready /evict /drain)", host, port_);
   return Status::Ok();
 }
 

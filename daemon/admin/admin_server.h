@@ -5,6 +5,8 @@
 //   GET  /status                JSON status document (health, upstream, tiers, datasets, clients),
 //                               produced by the daemon's StatusJson handler.
 //   POST /evict?dataset=NAME    drops a dataset's chunks from the cache tiers; JSON reply.
+//   POST /drain                 stops the daemon as SIGTERM does (trainers are disconnected and
+//                               reconnect to its successor, the stop is bounded); 202 at once.
 //   GET  /ready                 200 once the daemon serves (recovery done, servers up) and every
 //                               check passes; 503 otherwise, the body saying why: "starting", or
 //                               "degraded" and one "CHECK: problem" line per failing check
@@ -59,6 +61,7 @@ struct AdminHandlers {
   std::function<std::string()> status_json;                  // required
   std::function<Status(const std::string& dataset)> evict;   // required
   std::function<Readiness()> ready;                          // required
+  std::function<void()> drain;                               // required; must not block
 };
 
 class AdminServer {

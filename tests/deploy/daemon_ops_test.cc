@@ -131,6 +131,13 @@ TEST_CASE("an origin daemon serves /metrics, /status and /ready, and shardctl st
   CHECK(ebody.find("no cache tier") != std::string::npos);
   CHECK(Http(port, "/evict?dataset=../etc", true).first == 400);
   CHECK(Http(port, "/nope").first == 404);
+  // Bytes that are not UTF-8 in a path or a parameter: a 404 or 400 that says so, never an
+  // exception out of the JSON writer that ends the daemon.
+  auto [bad_code, bad_body] = Http(port, "/%ff");
+  CHECK(bad_code == 404);
+  CHECK(bad_body.find("no such endpoint") != std::string::npos);
+  CHECK(Http(port, "/evict?dataset=%ff%fe", true).first / 100 == 4);
+  CHECK(Http(port, "/ready").first == 200);
 
   daemon.Signal(SIGTERM);
   CHECK(daemon.Wait(20s) == 0);

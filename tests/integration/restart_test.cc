@@ -168,3 +168,21 @@ TEST_CASE("SIGTERM stops a node within 30 s while its upstream is a black hole, 
   REQUIRE(ranks[0].error.ok());
   CHECK(ranks[0].ids == PlanOrder(rig.node->socket, 0));
 }
+
+TEST_CASE("shardctl drain stops the node within moments and the trainer finishes on its successor",
+          "[integration][restart]") {
+  Rig rig(1000);
+  Rank rank;
+  std::thread reader(ReadEpoch, rig.node->socket, 0, rig.record_bytes, &rank);
+  REQUIRE(Eventually([&] { return rank.batches >= 10; }, std::chrono::seconds(30)));
+  std::string out;
+  const int rc = RunCommand(Bin("shardctl") + " drain --metrics-addr " + rig.node->MetricsAddr() + " --timeout 30", &out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("stopped in") != std::string::npos);
+  CHECK(rig.node->proc->Wait(std::chrono::seconds(5)) == 0);
+  rig.node->Start();
+  reader.join();
+  REQUIRE(rank.error.ok());
+  CHECK(rank.ids == PlanOrder(rig.node->socket, 0));
+}

@@ -73,7 +73,7 @@ Result<std::string> AdminClient::Request(bool post, const std::string& path, int
                        (origin_.empty() ? "" : origin_ + ": ") + httplib::to_string(res.error()) +
                        "); is it running, and is this its listen.metrics? (--config PATH, --metrics-addr HOST:PORT)");
   }
-  if (res->status != 200) {
+  if (res->status / 100 != 2) {
     return Status(res->status == 404 ? StatusCode::kNotFound
                   : res->status == 400 ? StatusCode::kInvalidArgument
                   : res->status == 409 ? StatusCode::kFailedPrecondition

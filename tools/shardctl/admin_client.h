@@ -42,7 +42,7 @@ class AdminClient {
   // The client for `target`, or the error that keeps it from having an address.
   static Result<AdminClient> For(const AdminTarget& target);
   const std::string& address() const { return address_; }
-  // Body of a 200 answer; Unavailable naming the address when the daemon cannot be reached;
+  // Body of a 2xx answer; Unavailable naming the address when the daemon cannot be reached;
   // the HTTP code and body otherwise.
   Result<std::string> Get(const std::string& path, int timeout_ms = 5000);
   Result<std::string> Post(const std::string& path, int timeout_ms = 600000);
