@@ -58,6 +58,9 @@ Status Daemon::StartAdmin() {
   h.ready = [this] { return Readiness(); };
   // The main loop stops the daemon on SIGTERM (main.cc): a drain is that stop, asked over HTTP.
   h.drain = [] { ::kill(::getpid(), SIGTERM); };
+  h.refresh_gauges = [this] {
+    if (ready() && parts_->cache) (void)parts_->cache->Stats();  // sets the tier gauges
+  };
   admin_ = std::make_unique<admin::AdminServer>(o, std::move(h));
   return admin_->Start();
 }

@@ -173,6 +173,16 @@ TEST_CASE("a node daemon with a cache tier: status shows tiers, top shows hits, 
   REQUIRE(RunCommand(fetch, &out) == 0);
   INFO(out);
 
+  // The tier gauges are computed when scraped: a /metrics that no /status preceded already
+  // counts the cached bytes (they read 0 until someone asked for /status).
+  {
+    auto [code, metrics] = Http(node_metrics, "/metrics");
+    REQUIRE(code == 200);
+    const size_t at = metrics.find("\nshardcache_cache_nvme_used_bytes ");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stod(metrics.substr(at + 34)) > 0);
+  }
+
   out.clear();
   CHECK(RunCommand(BinPath("shardctl") + " status --metrics-addr " + addr, &out) == 0);
   INFO(out);
