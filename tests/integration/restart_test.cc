@@ -30,13 +30,8 @@ struct Rank {
   Status error;
 };
 
-// Reads one epoch of rank `r` of 2, checking every sample's bytes, resting between batches.
-void ReadEpoch(const std::string& socket, uint32_t r, uint64_t record_bytes, Rank* out) {
-  auto client = Client::Connect(socket);
-  if (!client.ok()) {
-    out->error = client.status();
-    return;
-  }
+// Rank r of 2 of the test job's epoch.
+LoaderOptions RankOf(uint32_t r) {
   LoaderOptions o;
   o.dataset = "rec";
   o.batch_size = 8;
@@ -44,7 +39,17 @@ void ReadEpoch(const std::string& socket, uint32_t r, uint64_t record_bytes, Ran
   o.shuffle = Shuffle::kGlobal;
   o.rank = r;
   o.world_size = 2;
-  auto loader = (*client)->OpenLoader(o);
+  return o;
+}
+
+// Reads one epoch of rank `r` of 2, checking every sample's bytes, resting between batches.
+void ReadEpoch(const std::string& socket, uint32_t r, uint64_t record_bytes, Rank* out) {
+  auto client = Client::Connect(socket);
+  if (!client.ok()) {
+    out->error = client.status();
+    return;
+  }
+  auto loader = (*client)->OpenLoader(RankOf(r));
   if (!loader.ok()) {
     out->error = loader.status();
     return;
@@ -71,17 +76,9 @@ void ReadEpoch(const std::string& socket, uint32_t r, uint64_t record_bytes, Ran
 
 // The rank's order as one uninterrupted loader on `socket` reads it.
 std::vector<uint64_t> PlanOrder(const std::string& socket, uint32_t r) {
-  Rank rank;
   auto client = Client::Connect(socket);
   REQUIRE(client.ok());
-  LoaderOptions o;
-  o.dataset = "rec";
-  o.batch_size = 8;
-  o.seed = 3;
-  o.shuffle = Shuffle::kGlobal;
-  o.rank = r;
-  o.world_size = 2;
-  auto loader = (*client)->OpenLoader(o);
+  auto loader = (*client)->OpenLoader(RankOf(r));
   REQUIRE(loader.ok());
   std::vector<uint64_t> ids;
   while (auto b = (*loader)->Next()) {
