@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-slow demo bench clean
+.PHONY: all setup configure build test test-slow test-sanitize demo bench clean
 
 all: build
 
@@ -25,8 +25,12 @@ test-slow: setup build
 	@cd $(BUILD_DIR) && ctest -L slow --output-on-failure
 	@./python/run_tests.sh $(BUILD_DIR) -m slow
 
+# The unit suite under ASan+UBSan and the concurrency tests under TSan (build-asan/, build-tsan/).
+test-sanitize: setup
+	@./tests/sanitize.sh $(JOBS)
+
 demo: setup build
 	@./scripts/demo.sh $(BUILD_DIR)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) build-asan build-tsan

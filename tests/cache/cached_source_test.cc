@@ -118,7 +118,9 @@ TEST_CASE("cached source: a chunk that lands while a reader waits is not fetched
   TempDir dir;
   Fixture f(SmallCacheOptions(dir / "cache"));
   f.upstream->delay_ms = 1000;  // B's flight of chunk 0 stays open
-  std::thread b([&] { CHECK(f.cache->ReadChunk(f.dataset, 0, 0, ReadOptions()).ok()); });
+  // Catch2 assertions belong to the test's thread: helpers record, the test checks.
+  std::atomic<bool> b_ok{false};
+  std::thread b([&] { b_ok = f.cache->ReadChunk(f.dataset, 0, 0, ReadOptions()).ok(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::atomic<int> bad{0};
   std::thread a([&] {
@@ -133,6 +135,7 @@ TEST_CASE("cached source: a chunk that lands while a reader waits is not fetched
   REQUIRE(f.cache->ReadChunk(f.dataset, 0, 2, ReadOptions()).ok());  // C
   b.join();
   a.join();
+  CHECK(b_ok.load());
   CHECK(bad.load() == 0);
   CHECK(f.upstream->FetchCount(0, 0) == 1);
   CHECK(f.upstream->FetchCount(0, 1) == 1);
@@ -166,9 +169,9 @@ TEST_CASE("cached source: a stalled upstream fails at the caller's deadline whil
   REQUIRE(f.cache->ReadChunk(f.dataset, 0, 0, ReadOptions()).ok());
   f.upstream->stall = true;
   const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<StatusCode> staller_code{StatusCode::kOk};
   std::thread staller([&] {
-    auto r = f.cache->ReadChunk(f.dataset, 0, 7, WithDeadline(std::chrono::milliseconds(400)));
-    CHECK(r.status().code() == StatusCode::kDeadlineExceeded);
+    staller_code = f.cache->ReadChunk(f.dataset, 0, 7, WithDeadline(std::chrono::milliseconds(400))).status().code();
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   // A follower of the stalled flight gives up at its own (earlier) deadline.
@@ -179,6 +182,7 @@ TEST_CASE("cached source: a stalled upstream fails at the caller's deadline whil
   CHECK(f.cache->ReadChunk(f.dataset, 0, 0, ReadOptions()).ok());
   CHECK(std::chrono::steady_clock::now() - h0 < std::chrono::milliseconds(200));
   staller.join();
+  CHECK(staller_code.load() == StatusCode::kDeadlineExceeded);
   const auto waited = std::chrono::steady_clock::now() - t0;
   CHECK(waited >= std::chrono::milliseconds(390));
   CHECK(waited < std::chrono::seconds(3));

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/fs.h"
+#include "daemon/fuzz/fuzz_entries.h"
 #include "dataset/fuzz/fuzz_entries.h"
 
 namespace shardcache::dataset::fuzz {
@@ -54,6 +55,23 @@ TEST_CASE("the megatron .idx fuzz corpus parses without crashing", "[fuzz][megat
 TEST_CASE("the manifest and sample index fuzz corpus parses without crashing",
           "[fuzz][manifest]") {
   RunCorpus("manifest", &FuzzManifest);
+}
+
+TEST_CASE("the local protocol fuzz corpus is checked and planned without crashing or hanging",
+          "[fuzz][local]") {
+  RunCorpus("local_request", &daemon::fuzz::FuzzLocalRequest);
+}
+
+TEST_CASE("the Origin request fuzz corpus is checked without crashing", "[fuzz][origin]") {
+  RunCorpus("origin_request", &daemon::fuzz::FuzzOriginRequest);
+}
+
+TEST_CASE("the config fuzz corpus parses without crashing", "[fuzz][config]") {
+  RunCorpus("config", &daemon::fuzz::FuzzConfig);
+}
+
+TEST_CASE("the admin HTTP fuzz corpus is answered and the server survives", "[fuzz][admin]") {
+  RunCorpus("admin_request", &daemon::fuzz::FuzzAdminRequest);
 }
 
 }  // namespace
