@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-slow test-sanitize demo bench clean
+.PHONY: all setup configure build test test-slow test-sanitize soak demo bench clean
 
 all: build
 
@@ -28,6 +28,12 @@ test-slow: setup build
 # The unit suite under ASan+UBSan and the concurrency tests under TSan (build-asan/, build-tsan/).
 test-sanitize: setup
 	@./tests/sanitize.sh $(JOBS)
+
+# An hour of 2-rank epochs with trainers killed mid-batch, segment bytes flipped and the origin
+# killed, reporting the node's RSS/fd/thread drift (tests/soak/soak.py; SOAK_MINUTES=60).
+SOAK_MINUTES ?= 60
+soak: setup build
+	@/usr/bin/python3 tests/soak/soak.py --minutes $(SOAK_MINUTES)
 
 demo: setup build
 	@./scripts/demo.sh $(BUILD_DIR)

@@ -42,11 +42,13 @@ TEST_CASE("trainers build against the installed library with pkg-config and CMak
   const std::string libdir = prefix + "/" + SC_INSTALL_LIBDIR;
   const std::string pc = "PKG_CONFIG_PATH=" + libdir + "/pkgconfig pkg-config";
   const std::string rpath = " -Wl,-rpath," + libdir;
-  Run("g++ -std=c++17 -o " + tmp.path() + "/trainer_cc " + src + "/trainer.cc $(" + pc +
+  const std::string flags = std::string(" ") + SC_TRAINER_FLAGS;  // sanitizer builds: their runtime
+  Run("g++ -std=c++17" + flags + " -o " + tmp.path() + "/trainer_cc " + src + "/trainer.cc $(" + pc +
       " --cflags --libs shardcache)" + rpath);
-  Run("gcc -std=c99 -o " + tmp.path() + "/trainer_c " + src + "/trainer.c $(" + pc +
+  Run("gcc -std=c99" + flags + " -o " + tmp.path() + "/trainer_c " + src + "/trainer.c $(" + pc +
       " --cflags --libs shardcache)" + rpath);
-  Run("cmake -S " + src + " -B " + tmp.path() + "/cmake-build -DCMAKE_PREFIX_PATH=" + prefix +
+  Run("cmake -S " + src + " -B " + tmp.path() + "/cmake-build -DCMAKE_PREFIX_PATH=" + prefix + " '-DCMAKE_C_FLAGS=" + flags +
+      "' '-DCMAKE_CXX_FLAGS=" + flags + "'" +
       " >/dev/null && cmake --build " + tmp.path() + "/cmake-build");
   // The installed library needs protobuf-lite only.
   const std::string deps = Run("ldd " + libdir + "/libshardcache.so");

@@ -30,7 +30,8 @@ inline bool Ready(int metrics_port, bool degraded_is_up = false) {
   return res->status == 200 || (degraded_is_up && res->body.rfind("degraded", 0) == 0);
 }
 
-// One shardcached process with its own generated config; `socket` "" = no local service.
+// One shardcached process with its own generated config; `socket` "" = no local service;
+// `extra_toml` is appended to the config (further tables, e.g. "[fetch]\noutage_timeout = ...").
 struct Daemon {
   std::string name, config, log, cache_dir, socket;
   uint64_t cache_bytes = 0;
@@ -39,7 +40,7 @@ struct Daemon {
   std::unique_ptr<Process> proc;
 
   Daemon(const TempDir& dir, std::string n, const std::string& upstream, uint64_t cache_size,
-         uint64_t segment_size = 8 << 20, std::string socket_path = "")
+         uint64_t segment_size = 8 << 20, std::string socket_path = "", const std::string& extra_toml = "")
       : name(std::move(n)), config(dir / (name + ".toml")), log(dir / (name + ".log")),
         cache_dir(dir / (name + "-cache")), socket(std::move(socket_path)), cache_bytes(cache_size) {
     const std::string text =
@@ -47,7 +48,7 @@ struct Daemon {
         "\"\nsocket = \"" + socket + "\"\nmetrics = \"127.0.0.1:" + std::to_string(metrics_port) +
         "\"\n[cache]\ndir = \"" + cache_dir + "\"\nsize = \"" + std::to_string(cache_size) +
         "\"\nmemory_size = \"0\"\nsegment_size = \"" + std::to_string(segment_size) +
-        "\"\nmin_free = \"1%\"\n[log]\nlevel = \"warn\"\n";
+        "\"\nmin_free = \"1%\"\n[log]\nlevel = \"warn\"\n" + extra_toml;
     REQUIRE(MakeDirs(cache_dir).ok());
     REQUIRE(WriteFileAtomic(config, text).ok());
   }

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""make soak — epochs for an hour with faults injected, measuring the node daemon's drift.
+
+  tests/soak/soak.py [--minutes 60] [--json FILE]
+
+Real processes on loopback: an origin shardcached serving a records dataset (8 shards x 2000
+records of 4 KiB, random bytes, 256 KiB chunks), a node shardcached in front of it (NVMe tier
+256 MiB, DRAM tier 8 MiB, so reads come off the segment files), and 2 trainer processes per epoch
+(tests/soak/soak_trainer.py, the Python client) reading rank 0 and 1 of a globally shuffled epoch
+and checking every sample's bytes against the shard files. Epoch e injects:
+
+  every 2nd epoch   an extra trainer killed with SIGKILL mid-epoch (a client gone mid-batch);
+  every 5th epoch   64 bytes flipped at random places in the node's segment files (corruption
+                    the node must detect and re-fetch, never serve);
+  every 7th epoch   the origin killed with SIGKILL and started again 2 s later, while the
+                    ranks read (chunks dropped as corrupt must then wait for it).
+
+After each epoch the node's RSS, open fds and threads are read from /proc. The baseline is taken
+after epoch 5 (caches warm, every kind of fault seen once); drift = (last - baseline) / baseline.
+The node is never restarted, so drift is one process's. Exit status 1 when a sample had wrong
+bytes, an epoch did not deliver every sample exactly once, or a drift is 5 % or more; the JSON
+figures are printed last either way."""
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../bench/scenarios"))
+import _serving as S  # noqa: E402  (the bench's daemon/dataset plumbing)
+
+RECORD_BYTES = 4096
+SHARDS, PER_SHARD = 8, 2000
+WORLD = 2
+BASELINE_EPOCH = 5
+DRIFT_LIMIT = 0.05
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def proc_figures(pid):
+    """RSS (and its anonymous part), open fds, and threads of the process. io_uring's kernel
+    workers (iou-wrk-*) are listed among a process's threads but come and go with the kernel's
+    io-wq load, so they are counted apart."""
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.split(":", 1) for line in f if ":" in line)
+    threads = io_workers = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                name = f.read()
+        except OSError:
+            continue
+        if name.startswith("iou-wrk"):
+            io_workers += 1
+        else:
+            threads += 1
+    return {"rss_mib": int(status["VmRSS"].split()[0]) / 1024.0,
+            "rss_anon_mib": int(status["RssAnon"].split()[0]) / 1024.0,
+            "threads": threads, "io_uring_workers": io_workers,
+            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+def flip_bytes(cache_dir, count, rng):
+    segs = [os.path.join(cache_dir, f) for f in os.listdir(cache_dir) if f.startswith("seg-")]
+    segs = [s for s in segs if os.path.getsize(s) > 0]
+    flipped = 0
+    for _ in range(count if segs else 0):
+        path = rng.choice(segs)
+        with open(path, "r+b") as f:
+            off = rng.randrange(os.path.getsize(path))
+            f.seek(off)
+            b = f.read(1)
+            f.seek(off)
+            f.write(bytes([b[0] ^ 0xFF]))
+            flipped += 1
+    return flipped
+
+
+def trainer(b, sock, data_dir, epoch, rank):
+    env = dict(os.environ, PYTHONPATH=os.path.join(S.BUILD, "python"))
+    p = subprocess.Popen(["/usr/bin/python3", os.path.join(HERE, "soak_trainer.py"), sock, data_dir,
+                          str(RECORD_BYTES), str(epoch), str(rank), str(WORLD)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    b.procs.append(p)
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=60)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    S.need("shardcached", "shardctl", "sc_datagen")
+    b = S.Bench("soak")
+    rng = random.Random(7)
+    data = b.records_dataset("soak", SHARDS, PER_SHARD, RECORD_BYTES, chunk_bytes=256 << 10)
+    origin_port = S.free_port()
+    origin = b.daemon("origin", "file://" + os.path.dirname(data), origin_port=origin_port)
+    sock = b.path("node.sock")
+    node = b.daemon("node", f"grpc://127.0.0.1:{origin_port}", socket_path=sock,
+                    cache_size=256 << 20, memory_size=8 << 20, segment_size=8 << 20,
+                    prefetch=32 << 20, arena=64 << 20, slots=16)
+    samples_per_epoch = SHARDS * PER_SHARD
+
+    figures = {"epochs": 0, "samples_checked": 0, "wrong_bytes_samples": 0, "incomplete_epochs": 0,
+               "clients_killed": 0, "bytes_flipped": 0, "origin_kills": 0}
+    failures = []
+    baseline = None
+    samples = []
+    end = time.time() + args.minutes * 60
+    epoch = 0
+    while time.time() < end:
+        epoch += 1
+        ranks = [trainer(b, sock, data, epoch, r) for r in range(WORLD)]
+        if epoch % 2 == 0:
+            victim = trainer(b, sock, data, epoch + 1000, 0)
+            time.sleep(rng.uniform(0.5, 1.5))
+            victim.kill()
+            victim.wait()
+            figures["clients_killed"] += 1
+        if epoch % 5 == 0:
+            figures["bytes_flipped"] += flip_bytes(node.cache_dir, 64, rng)
+        if epoch % 7 == 0:
+            origin.proc.kill()
+            origin.proc.wait()
+            figures["origin_kills"] += 1
+            time.sleep(2)
+            origin = b.daemon("origin", "file://" + os.path.dirname(data), origin_port=origin_port)
+        got = 0
+        for r, p in enumerate(ranks):
+            out, err = p.communicate(timeout=600)
+            if p.returncode != 0:
+                failures.append(f"epoch {epoch} rank {r} exited {p.returncode}: {err.strip()[-500:]}")
+                continue
+            res = json.loads(out.strip().splitlines()[-1])
+            got += res["samples"]
+            figures["wrong_bytes_samples"] += res["wrong"]
+        figures["samples_checked"] += got
+        if got != samples_per_epoch:
+            figures["incomplete_epochs"] += 1
+            failures.append(f"epoch {epoch}: {got} of {samples_per_epoch} samples")
+        figures["epochs"] = epoch
+        node.wait_no_clients()
+        now = proc_figures(node.proc.pid)
+        samples.append(now)
+        if epoch == BASELINE_EPOCH:
+            baseline = now
+        if failures and len(failures) > 5:
+            break
+
+    m = node.metrics()
+    figures["checksum_failures"] = m.get("shardcache_cache_checksum_failures_total", 0)
+    figures["minutes"] = round(args.minutes, 1)
+    last = samples[-1] if samples else None
+    if baseline and last:
+        for k in ("rss_mib", "fds", "threads"):
+            figures[f"{k}_baseline"] = round(baseline[k], 1)
+            figures[f"{k}_last"] = round(last[k], 1)
+            figures[f"{k}_max"] = round(max(s[k] for s in samples[BASELINE_EPOCH - 1:]), 1)
+            drift = (last[k] - baseline[k]) / baseline[k]
+            figures[f"{k}_drift"] = round(drift, 4)
+            if drift >= DRIFT_LIMIT:
+                failures.append(f"{k} drifted {drift:+.1%} (baseline {baseline[k]}, last {last[k]})")
+        figures["series"] = [{"epoch": i + 1, **{k: round(v, 1) for k, v in s.items()}}
+                             for i, s in enumerate(samples) if (i + 1) % max(1, len(samples) // 12) == 0]
+    else:
+        failures.append(f"only {epoch} epochs ran; the baseline is taken after epoch {BASELINE_EPOCH}")
+    if figures["wrong_bytes_samples"]:
+        failures.append(f"{figures['wrong_bytes_samples']} samples had wrong bytes")
+    figures["failures"] = failures
+    text = json.dumps(figures)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    for line in failures:
+        print("soak: " + line, file=sys.stderr)
+    print(text)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
