@@ -11,4 +11,6 @@ void KeepLargeBuffersInHeap() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+void ReturnFreeHeapToKernel() { malloc_trim(0); }
+
 }  // namespace shardcache

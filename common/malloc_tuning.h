@@ -12,4 +12,10 @@ namespace shardcache {
 // Call once at the start of main(), before threads start. Safe to call more than once.
 void KeepLargeBuffersInHeap();
 
+// Returns the free memory of every malloc arena to the kernel (malloc_trim). With large buffers
+// kept in the heap, a process otherwise keeps the peak of a burst resident (a soak measured
+// 145 MiB of free heap resident in an idle node after 3 minutes of jobs): call it when a burst of
+// work is over — the last client gone, the last stream ended — not on the data path.
+void ReturnFreeHeapToKernel();
+
 }  // namespace shardcache

@@ -14,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/malloc_tuning.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "daemon/serve/arena.h"
@@ -232,6 +233,7 @@ void LocalService::Stop() {
 
 void LocalService::ReapFinished() {
   std::list<std::unique_ptr<Connection>> finished;
+  bool no_clients;
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto it = connections_.begin(); it != connections_.end();) {
@@ -243,8 +245,17 @@ void LocalService::ReapFinished() {
       }
     }
     ConnectionsGauge()->Set(static_cast<double>(connections_.size()));
+    no_clients = connections_.empty();
   }
   for (auto& c : finished) c->thread.join();
+  trim_pending_ = trim_pending_ || !finished.empty();
+  if (!trim_pending_ || !no_clients) return;
+  {
+    std::lock_guard<std::mutex> l(retire_mu_);
+    if (!retired_.empty()) return;  // the reaper still tears loaders down; next round
+  }
+  ReturnFreeHeapToKernel();
+  trim_pending_ = false;
 }
 
 void LocalService::AcceptLoop() {

@@ -189,6 +189,10 @@ class LocalService {
   Result<std::shared_ptr<SampleLocator>> LocatorFor(const DatasetPtr& dataset);
   Result<std::shared_ptr<const plan::EpochPlan>> PlanFor(const DatasetPtr& dataset,
                                                          const plan::PlanOptions& o);
+  // Joins the threads of connections that ended. Once the last client is gone and its loaders
+  // and arena are torn down, hands the heap the burst freed back to the kernel (the daemon keeps
+  // large buffers in its heap, see common/malloc_tuning.h, so without this an idle node keeps
+  // the peak of its last job resident).
   void ReapFinished();
   // Registers a loader's plan use for the access-order report.
   void NoteLoaderForObserver(const DatasetPtr& dataset, const std::shared_ptr<SampleLocator>& locator,
@@ -253,6 +257,7 @@ class LocalService {
   std::condition_variable retire_cv_;
   std::deque<Retired> retired_;  // GUARDED_BY(retire_mu_)
   bool reaper_stop_ = false;     // GUARDED_BY(retire_mu_)
+  bool trim_pending_ = false;    // accept thread only: a connection ended since the last trim
   std::thread reaper_thread_;
 
   // Warm jobs by id: the running ones and the last kKeptWarmJobs finished ones.

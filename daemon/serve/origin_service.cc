@@ -1,12 +1,12 @@
 #include "daemon/serve/origin_service.h"
 
-#include <malloc.h>
 
 #include <deque>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
+#include "common/malloc_tuning.h"
 #include "common/log.h"
 #include "common/metrics.h"
 
@@ -123,7 +123,7 @@ void OriginService::Spawn(std::string client, std::function<void()> fn) {
       if (--threads_ == 0) cv_.notify_all();
     }
     // A burst of calls is over: hand the buffers it freed back to the kernel.
-    if (idle) malloc_trim(0);
+    if (idle) ReturnFreeHeapToKernel();
   }).detach();
 }
 

@@ -146,6 +146,9 @@ def main():
         node.wait_no_clients()
         now = proc_figures(node.proc.pid)
         samples.append(now)
+        if epoch % 20 == 0:
+            print(f"soak: epoch {epoch}, {int(end - time.time())} s left: " +
+                  ", ".join(f"{k} {v:.1f}" for k, v in now.items()), file=sys.stderr, flush=True)
         if epoch == BASELINE_EPOCH:
             baseline = now
         if failures and len(failures) > 5:
