@@ -15,8 +15,9 @@ and checking every sample's bytes against the shard files. Epoch e injects:
   every 7th epoch   the origin killed with SIGKILL and started again 2 s later, while the
                     ranks read (chunks dropped as corrupt must then wait for it).
 
-After each epoch the node's RSS, open fds and threads are read from /proc. The baseline is taken
-after epoch 5 (caches warm, every kind of fault seen once); drift = (last - baseline) / baseline.
+After each epoch the node's RSS, open fds and threads are read from /proc. The baseline is the
+first epoch after a tenth of the run (and after epoch 5): the tiers have filled to their steady
+state and every kind of fault has been seen; drift = (last - baseline) / baseline, each the median of 10 epochs.
 The node is never restarted, so drift is one process's. Exit status 1 when a sample had wrong
 bytes, an epoch did not deliver every sample exactly once, or a drift is 5 % or more; the JSON
 figures are printed last either way."""
@@ -24,7 +25,7 @@ import argparse
 import json
 import os
 import random
-import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -69,13 +70,16 @@ def flip_bytes(cache_dir, count, rng):
     flipped = 0
     for _ in range(count if segs else 0):
         path = rng.choice(segs)
-        with open(path, "r+b") as f:
-            off = rng.randrange(os.path.getsize(path))
-            f.seek(off)
-            b = f.read(1)
-            f.seek(off)
-            f.write(bytes([b[0] ^ 0xFF]))
-            flipped += 1
+        try:
+            with open(path, "r+b") as f:
+                off = rng.randrange(os.path.getsize(path))
+                f.seek(off)
+                b = f.read(1)
+                f.seek(off)
+                f.write(bytes([b[0] ^ 0xFF]))
+                flipped += 1
+        except (FileNotFoundError, ValueError):
+            pass  # the node evicted (deleted or emptied) the segment meanwhile
     return flipped
 
 
@@ -111,6 +115,8 @@ def main():
     baseline = None
     samples = []
     end = time.time() + args.minutes * 60
+    warm_at = time.time() + args.minutes * 6  # a tenth of the run
+    baseline_index = 0
     epoch = 0
     while time.time() < end:
         epoch += 1
@@ -149,20 +155,23 @@ def main():
         if epoch % 20 == 0:
             print(f"soak: epoch {epoch}, {int(end - time.time())} s left: " +
                   ", ".join(f"{k} {v:.1f}" for k, v in now.items()), file=sys.stderr, flush=True)
-        if epoch == BASELINE_EPOCH:
-            baseline = now
+        if baseline is None and epoch >= BASELINE_EPOCH and time.time() >= warm_at:
+            baseline, baseline_index = now, len(samples) - 1
         if failures and len(failures) > 5:
             break
 
     m = node.metrics()
     figures["checksum_failures"] = m.get("shardcache_cache_checksum_failures_total", 0)
     figures["minutes"] = round(args.minutes, 1)
-    last = samples[-1] if samples else None
-    if baseline and last:
+    # Medians of 10 epochs at each end: one reading can catch the node mid-teardown.
+    if baseline and len(samples) >= baseline_index + 20:
+        head, tail = samples[baseline_index:baseline_index + 10], samples[-10:]
+        baseline = {k: statistics.median(x[k] for x in head) for k in head[0]}
+        last = {k: statistics.median(x[k] for x in tail) for k in tail[0]}
         for k in ("rss_mib", "fds", "threads"):
             figures[f"{k}_baseline"] = round(baseline[k], 1)
             figures[f"{k}_last"] = round(last[k], 1)
-            figures[f"{k}_max"] = round(max(s[k] for s in samples[BASELINE_EPOCH - 1:]), 1)
+            figures[f"{k}_max"] = round(max(s[k] for s in samples[baseline_index:]), 1)
             drift = (last[k] - baseline[k]) / baseline[k]
             figures[f"{k}_drift"] = round(drift, 4)
             if drift >= DRIFT_LIMIT:
@@ -170,7 +179,9 @@ def main():
         figures["series"] = [{"epoch": i + 1, **{k: round(v, 1) for k, v in s.items()}}
                              for i, s in enumerate(samples) if (i + 1) % max(1, len(samples) // 12) == 0]
     else:
-        failures.append(f"only {epoch} epochs ran; the baseline is taken after epoch {BASELINE_EPOCH}")
+        failures.append(f"only {epoch} epochs ran; no baseline (taken after epoch {BASELINE_EPOCH} and "
+                        "a tenth of the run)")
+    figures["baseline_epoch"] = baseline_index + 1
     if figures["wrong_bytes_samples"]:
         failures.append(f"{figures['wrong_bytes_samples']} samples had wrong bytes")
     figures["failures"] = failures
