@@ -243,8 +243,9 @@ const std::vector<KeySpec>& Specs() {
           }
         },
         SC_SAME(upstream));
-    for (auto [name, field] : {std::pair{"listen.origin", &Config::Listen::origin},
-                               std::pair{"listen.metrics", &Config::Listen::metrics}}) {
+    for (auto [name, member] : {std::pair{"listen.origin", &Config::Listen::origin},
+                                std::pair{"listen.metrics", &Config::Listen::metrics}}) {
+      auto field = member;  // a copy: lambdas cannot capture structured bindings before C++20
       add(name, false,
           [field](const std::string& k, N n, Config& c, Problems& p) {
             if (auto v = ReadString(n, k, p)) {
@@ -365,9 +366,10 @@ const std::vector<KeySpec>& Specs() {
           if (auto v = ReadSize(n, k, p)) c.fetch.prefetch_bytes = *v;
         },
         SC_SAME(fetch.prefetch_bytes));
-    for (auto [name, field] : {std::pair{"tls.cert", &Config::Tls::cert},
-                               std::pair{"tls.key", &Config::Tls::key},
-                               std::pair{"tls.ca", &Config::Tls::ca}}) {
+    for (auto [name, member] : {std::pair{"tls.cert", &Config::Tls::cert},
+                                std::pair{"tls.key", &Config::Tls::key},
+                                std::pair{"tls.ca", &Config::Tls::ca}}) {
+      auto field = member;  // a copy: lambdas cannot capture structured bindings before C++20
       add(name, false,
           [field](const std::string& k, N n, Config& c, Problems& p) {
             if (auto v = ReadString(n, k, p)) c.tls.*field = *v;

@@ -156,6 +156,8 @@ Status FuzzAdminRequest(const uint8_t* data, size_t size) {
   std::string answer;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
     (void)!::send(fd, data, size, MSG_NOSIGNAL);
+    // End of input: the server answers or drops a partial request now, not at its read timeout.
+    ::shutdown(fd, SHUT_WR);
     // Read one answer: its head, then Content-Length bytes of body (the connection may stay
     // open for the next request), or until the server closes or a second passes.
     char buf[4096];
