@@ -83,6 +83,15 @@ class LocalConn {
     return r.open_loader();
   }
 
+  // Reads and drops whatever the daemon sends until it closes the connection; false when it
+  // does not within the receive timeout.
+  bool ReadUntilClosed() {
+    std::string body;
+    for (;;) {
+      if (!reader_.Next(&body, nullptr).ok()) return reader_.closed();
+    }
+  }
+
  private:
   UniqueFd fd_;
   local_wire::FrameReader reader_{fd_.get()};
