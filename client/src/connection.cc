@@ -44,77 +44,23 @@ Status Connection::StatusOf(const v1::LocalResponse& r) {
   return Status(static_cast<StatusCode>(r.code()), r.message());
 }
 
-void Connection::AppendLocked(const v1::LocalRequest& req) {
-  const size_t len = req.ByteSizeLong();
-  for (int i = 0; i < 4; ++i) unsent.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
-  unsent += req.SerializeAsString();
-}
+void Connection::AppendLocked(const v1::LocalRequest& req) { local_wire::AppendFrame(req, &unsent); }
 
 Status Connection::FlushLocked() {
-  size_t off = 0;
-  while (off < unsent.size()) {
-    ssize_t w = ::send(fd, unsent.data() + off, unsent.size() - off, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return Unavailable(std::string("sending to shardcached: ") + std::strerror(errno));
-    off += static_cast<size_t>(w);
-  }
+  Status s = local_wire::WriteAll(fd, unsent);
+  if (!s.ok()) return s.WithContext("sending to shardcached");
   unsent.clear();
   unsent_releases = 0;
   return Status::Ok();
 }
 
 Status Connection::ReceiveLocked(v1::LocalResponse* resp, int* received_fd) {
-  if (received_fd) *received_fd = -1;
-  uint8_t hdr[4];
-  SC_RETURN_IF_ERROR(Receive(hdr, 4, received_fd));
-  const uint32_t rlen = uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 |
-                        uint32_t{hdr[3]} << 24;
-  if (rlen > kMaxMessageBytes) {
-    return DataLoss("shardcached sent a " + std::to_string(rlen) + "-byte response (limit " +
-                    std::to_string(kMaxMessageBytes) + ")");
+  std::string body;
+  if (Status s = reader->Next(&body, received_fd); !s.ok()) {
+    if (reader->closed()) return Unavailable("shardcached closed the connection");
+    return s.WithContext("reading from shardcached");
   }
-  std::string rbody(rlen, '\0');
-  if (rlen) SC_RETURN_IF_ERROR(Receive(reinterpret_cast<uint8_t*>(rbody.data()), rlen, received_fd));
-  if (!resp->ParseFromString(rbody)) return DataLoss("malformed response from shardcached");
-  return Status::Ok();
-}
-
-Status Connection::Receive(uint8_t* p, size_t n, int* received_fd) {
-  while (n > 0) {
-    if (in_begin == in_end) {
-      iovec iov{in.data(), in.size()};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return Unavailable(std::string("reading from shardcached: ") + std::strerror(errno));
-      if (r == 0) return Unavailable("shardcached closed the connection");
-      for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-        const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-          int got;
-          std::memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-          if (received_fd && *received_fd < 0) {
-            *received_fd = got;
-          } else {
-            close(got);  // unexpected: never leak a descriptor
-          }
-        }
-      }
-      in_begin = 0;
-      in_end = static_cast<size_t>(r);
-    }
-    const size_t take = std::min(n, in_end - in_begin);
-    std::memcpy(p, in.data() + in_begin, take);
-    in_begin += take;
-    p += take;
-    n -= take;
-  }
+  if (!resp->ParseFromString(body)) return DataLoss("malformed response from shardcached");
   return Status::Ok();
 }
 
@@ -140,8 +86,9 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& socket_p
     }
     return Unavailable("connecting to shardcached at " + socket_path + ": " + std::strerror(err));
   }
+  conn->reader = std::make_unique<local_wire::FrameReader>(conn->fd);
   v1::LocalRequest req;
-  req.mutable_hello()->set_protocol_version(kProtocolVersion);
+  req.mutable_hello()->set_protocol_version(local_wire::kProtocolVersion);
   v1::LocalResponse resp;
   int arena_fd = -1;
   Status s = conn->Call(req, &resp, &arena_fd);

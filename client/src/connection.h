@@ -15,11 +15,10 @@
 
 #include "common/status.h"
 #include "shardcache/local.pb.h"
+#include "shardcache/local_wire.h"
 
 namespace shardcache::client_internal {
 
-constexpr uint32_t kProtocolVersion = 5;
-constexpr uint32_t kMaxMessageBytes = 16u << 20;
 constexpr uint32_t kMaxUnsentReleases = 4;
 
 // One socket and one arena mapping.
@@ -43,8 +42,7 @@ struct Connection {
   bool broken = false;           // GUARDED_BY(mu): every call fails fast
   std::string unsent;            // GUARDED_BY(mu): queued release frames
   uint32_t unsent_releases = 0;  // GUARDED_BY(mu)
-  std::vector<uint8_t> in = std::vector<uint8_t>(64 << 10);  // GUARDED_BY(mu): read, not yet parsed
-  size_t in_begin = 0, in_end = 0;                            // GUARDED_BY(mu)
+  std::unique_ptr<local_wire::FrameReader> reader;  // GUARDED_BY(mu): on fd, set by Open
 
   ~Connection();
 
@@ -74,11 +72,8 @@ struct Connection {
  private:
   void AppendLocked(const v1::LocalRequest& req);
   Status FlushLocked();
+  // The next response, and a descriptor passed with it (SCM_RIGHTS).
   Status ReceiveLocked(v1::LocalResponse* resp, int* received_fd);
-  // Reads exactly n bytes, collecting a descriptor passed with SCM_RIGHTS. Reads the socket a
-  // buffer at a time: a response's length and body arrive together, and each read is a system
-  // call.
-  Status Receive(uint8_t* p, size_t n, int* received_fd);
 };
 
 // The client's current connection, and its replacement after the daemon dropped it: the

@@ -22,6 +22,7 @@
 #include "daemon/serve/serve_metrics.h"
 #include "dataset/megatron_format.h"
 #include "shardcache/local.pb.h"
+#include "shardcache/local_wire.h"
 
 namespace shardcache::serve {
 namespace {
@@ -29,64 +30,16 @@ namespace {
 metrics::Counter* RefusedCounter() { return ServeMetrics::Get().refused_connections; }
 metrics::Gauge* ConnectionsGauge() { return ServeMetrics::Get().connections; }
 
-// Reads exactly n bytes; false on EOF or error (errno set, 0 for a clean EOF).
-bool ReadFull(int fd, void* buf, size_t n) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      if (r == 0) errno = 0;
-      return false;
-    }
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
 // True once the peer closed or shut down its end of the socket (poll, no wait).
 bool PeerGone(int fd) {
   pollfd p{fd, POLLRDHUP, 0};
   return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
-// Sends one framed message, with `pass_fd` attached (SCM_RIGHTS) when >= 0.
-Status SendFrame(int fd, const std::string& body, int pass_fd) {
-  std::string frame(4, '\0');
-  const uint32_t len = static_cast<uint32_t>(body.size());
-  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-  frame += body;
-  size_t off = 0;
-  bool fd_sent = pass_fd < 0;
-  while (off < frame.size()) {
-    iovec iov{frame.data() + off, frame.size() - off};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    if (!fd_sent) {
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
-    }
-    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return ErrnoStatus(errno, "sending a local-service response");
-    fd_sent = true;
-    off += static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
 Status SendResponse(int fd, const v1::LocalResponse& r, int pass_fd = -1) {
-  std::string body;
-  r.SerializeToString(&body);
-  return SendFrame(fd, body, pass_fd);
+  std::string frame;
+  local_wire::AppendFrame(r, &frame);
+  return local_wire::WriteAll(fd, frame, pass_fd);
 }
 
 void SetError(v1::LocalResponse* r, const Status& s) {
@@ -508,28 +461,21 @@ void LocalService::Serve(Connection* c) {
   v1::LocalRequest req;
   v1::LocalResponse resp;
   std::string buf;
+  local_wire::FrameReader reader(fd);
   for (;;) {
-    uint8_t hdr[4];
-    if (!ReadFull(fd, hdr, 4)) {
-      if (errno != 0 && errno != ECONNRESET) {
-        spdlog::warn("local client {}: read failed: {}", who, std::strerror(errno));
+    if (Status s = reader.Next(&buf, nullptr); !s.ok()) {
+      if (s.code() == StatusCode::kDataLoss) {
+        SC_LOG_RATE_LIMITED(spdlog::level::warn, "local client {} sent {}; closing the connection", who,
+                            s.message());
+      } else if (!reader.closed() && reader.error_number() != ECONNRESET) {
+        spdlog::warn("local client {}: {}", who, s.message());
       }
       break;
     }
-    const uint32_t len = uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 |
-                         uint32_t{hdr[3]} << 24;
-    if (len > kMaxLocalMessageBytes) {
-      SC_LOG_RATE_LIMITED(spdlog::level::warn,
-                          "local client {} sent a {}-byte frame (limit {}); closing the connection",
-                          who, len, kMaxLocalMessageBytes);
-      break;
-    }
-    buf.resize(len);
-    if (len > 0 && !ReadFull(fd, buf.data(), len)) break;
     if (!req.ParseFromString(buf)) {
       SC_LOG_RATE_LIMITED(spdlog::level::warn,
                           "local client {} sent a malformed {}-byte request; closing the connection",
-                          who, len);
+                          who, buf.size());
       break;
     }
     resp.Clear();
@@ -538,10 +484,10 @@ void LocalService::Serve(Connection* c) {
     switch (req.body_case()) {
       case v1::LocalRequest::kHello: {
         const uint32_t version = req.hello().protocol_version();
-        if (version < kMinLocalProtocolVersion || version > kLocalProtocolVersion) {
+        if (version < local_wire::kMinProtocolVersion || version > local_wire::kProtocolVersion) {
           s = FailedPrecondition("client speaks local protocol " + std::to_string(version) +
-                                 ", daemon speaks " + std::to_string(kMinLocalProtocolVersion) + " to " +
-                                 std::to_string(kLocalProtocolVersion));
+                                 ", daemon speaks " + std::to_string(local_wire::kMinProtocolVersion) +
+                                 " to " + std::to_string(local_wire::kProtocolVersion));
           break;
         }
         std::lock_guard<std::mutex> l(c->mu);

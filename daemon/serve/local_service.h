@@ -1,8 +1,8 @@
 // LocalService: the trainer-facing service of a node daemon, on a Unix socket.
 //
-// Protocol (proto/shardcache/local.proto): uint32 little-endian length + LocalRequest, one
-// LocalResponse per request, in order. A length above kMaxLocalMessageBytes, a malformed
-// message or an unknown request closes the connection with a log line.
+// Protocol (proto/shardcache/local.proto, framed by proto/shardcache/local_wire.h): one
+// LocalResponse per LocalRequest, in order. A frame above local_wire::kMaxFrameBytes, a
+// malformed message or an unknown request closes the connection with a log line.
 //
 // Access: on accept, the peer's credentials (SO_PEERCRED, SO_PEERGROUPS) are checked against the
 // allowed uids and groups (peer_access.h) BEFORE anything else happens; a refused peer gets one
@@ -10,7 +10,7 @@
 // ever sent to it.
 //
 // Data plane: Hello creates the connection's Arena (a sealed memfd, see arena.h) and sends its
-// descriptor with SCM_RIGHTS. Each OpenLoader starts a LoaderPipeline (prefetcher.h) that
+// descriptor with SCM_RIGHTS. Each OpenLoader starts a LoaderPipeline (loader_pipeline.h) that
 // assembles batches, in the order of the loader's EpochPlan (daemon/plan), into free slots.
 // When the client disconnects — cleanly, or by crashing (EOF / ECONNRESET) — its loaders are
 // closed, its slots freed and its arena unmapped and closed; the kernel frees the memory when
@@ -18,7 +18,7 @@
 //
 // Threads: one accept thread, one thread per connection (blocking reads; a node serves at most a
 // few dozen trainers, and per-connection threads keep a slow or stuck client from delaying
-// others without an event loop), one thread per open loader (prefetcher.h), and the
+// others without an event loop), one thread per open loader (loader_pipeline.h), and the
 // BatchAssembler's reader pool shared by all loaders.
 //
 // Sharing: loaders with equal plan parameters (dataset version, seed, epoch, mode, window) share
@@ -65,7 +65,7 @@
 #include "daemon/plan/epoch_plan.h"
 #include "daemon/serve/batch_assembler.h"
 #include "daemon/serve/peer_access.h"
-#include "daemon/serve/prefetcher.h"
+#include "daemon/serve/loader_pipeline.h"
 #include "daemon/serve/warm_job.h"
 #include "daemon/source/chunk_source.h"
 
@@ -78,10 +78,6 @@ class WarmStatusResponse;
 
 namespace shardcache::serve {
 
-// Version this daemon speaks (history in local.proto); Hello accepts any version from
-// kMinLocalProtocolVersion up to it.
-constexpr uint32_t kLocalProtocolVersion = 5;
-constexpr uint32_t kMinLocalProtocolVersion = 1;
 // Batches a loader's batch ring describes at once, at most half the arena's slots (the rest
 // stay for the pipeline's prefetch_batches and the client's other loaders). The batches the
 // client has read ahead, holds, or released without telling the daemon yet all count against
@@ -98,8 +94,6 @@ uint32_t RingEntriesFor(uint32_t max_slots, uint32_t batch_size);
 constexpr uint64_t kOpenPrefaultBytes = 256ull << 20;
 // Longest a NextBatch may wait for its batch, whatever timeout the client asks for.
 constexpr uint32_t kMaxNextTimeoutMs = 10 * 60 * 1000;
-// Largest request or response frame. A NextBatchResponse of 100k samples is ~3 MiB.
-constexpr uint32_t kMaxLocalMessageBytes = 16u << 20;
 
 struct LocalServiceOptions {
   // Unix socket path; its directory is created. A stale socket (nobody accepting) is removed;

@@ -332,7 +332,7 @@ TEST_CASE("opening a loader faults in the part of every arena slot its batches f
   REQUIRE(svc.Start().ok());
   testing::LocalConn conn(f.socket);
   int arena_fd = -1;
-  const auto hello = conn.Hello(serve::kLocalProtocolVersion, &arena_fd);
+  const auto hello = conn.Hello(local_wire::kProtocolVersion, &arena_fd);
   UniqueFd owned(arena_fd);
   const uint64_t slot_bytes = hello.slot_bytes();
   void* map = mmap(nullptr, hello.arena_bytes(), PROT_READ, MAP_SHARED, arena_fd, 0);
@@ -364,7 +364,7 @@ TEST_CASE("releases sent with no_reply are not answered, however many come befor
   serve::LocalService svc(*f.files, f.Options());
   REQUIRE(svc.Start().ok());
   testing::LocalConn conn(f.socket);
-  conn.Hello(serve::kLocalProtocolVersion);
+  conn.Hello(local_wire::kProtocolVersion);
   const uint64_t loader = conn.OpenLoader("rec", 10, /*ring=*/true).loader_id();
   v1::LocalRequest release;
   release.mutable_release_batch()->set_loader_id(loader);
@@ -447,7 +447,7 @@ TEST_CASE("batch ring waits a confused or hostile client sends are refused, and 
   REQUIRE(svc.Start().ok());
   ExpectedSamples expected(f.root + "/rec", *f.records);
   testing::LocalConn conn(f.socket);
-  conn.Hello(serve::kLocalProtocolVersion);
+  conn.Hello(local_wire::kProtocolVersion);
   auto wait = [&](uint64_t loader, bool ring, uint64_t index) {
     v1::LocalRequest w;
     w.mutable_next_batch()->set_loader_id(loader);

@@ -21,7 +21,7 @@
 #include "daemon/plan/rank_slice.h"
 #include "daemon/serve/arena.h"
 #include "daemon/serve/batch_assembler.h"
-#include "daemon/serve/prefetcher.h"
+#include "daemon/serve/loader_pipeline.h"
 #include "daemon/upstream/file_source.h"
 #include "testing/datasets.h"
 #include "testing/eventually.h"

@@ -221,7 +221,7 @@ TEST_CASE("version-1 and -2 clients' Hellos are still accepted", "[serve][warm]"
   WarmFixture f;
   serve::LocalService svc(*f.files, f.Options());
   REQUIRE(svc.Start().ok());
-  for (uint32_t v : {1u, 2u, serve::kLocalProtocolVersion}) {
+  for (uint32_t v : {1u, 2u, local_wire::kProtocolVersion}) {
     Conn c(f.socket);
     v1::LocalRequest req;
     req.mutable_hello()->set_protocol_version(v);
@@ -231,7 +231,7 @@ TEST_CASE("version-1 and -2 clients' Hellos are still accepted", "[serve][warm]"
   }
   Conn c(f.socket);
   v1::LocalRequest req;
-  req.mutable_hello()->set_protocol_version(serve::kLocalProtocolVersion + 1);
+  req.mutable_hello()->set_protocol_version(local_wire::kProtocolVersion + 1);
   auto r = c.Call(req);
   CHECK(r.code() == static_cast<uint32_t>(StatusCode::kFailedPrecondition));
 }

@@ -1,5 +1,5 @@
-// LocalConn: a bare connection to a LocalService speaking the framed local protocol by hand
-// (LocalRequest / LocalResponse), for tests of what the client library never sends: old
+// LocalConn: a bare connection to a LocalService speaking the local protocol by hand
+// (LocalRequest / LocalResponse in local_wire frames), for tests of what the client library never sends: old
 // protocol versions, requests out of order, hostile values.
 #pragma once
 
@@ -14,6 +14,7 @@
 
 #include "common/fs.h"
 #include "shardcache/local.pb.h"
+#include "shardcache/local_wire.h"
 
 namespace shardcache::testing {
 
@@ -32,27 +33,23 @@ class LocalConn {
 
   // Sends req without reading anything.
   void Send(const v1::LocalRequest& req) {
-    std::string body;
-    req.SerializeToString(&body);
-    const uint32_t len = static_cast<uint32_t>(body.size());
-    std::string frame(4, '\0');
-    for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-    frame += body;
-    REQUIRE(::send(fd_.get(), frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size()));
+    std::string frame;
+    local_wire::AppendFrame(req, &frame);
+    const Status s = local_wire::WriteAll(fd_.get(), frame);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
   }
 
   // Sends req and reads the next response; a descriptor passed with the response lands in
   // *passed_fd (the caller closes it), or is closed when passed_fd is null.
   v1::LocalResponse Call(const v1::LocalRequest& req, int* passed_fd = nullptr) {
     Send(req);
-    if (passed_fd) *passed_fd = -1;
-    uint8_t hdr[4];
-    ReadFull(hdr, 4, passed_fd);
-    const uint32_t rlen = uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 | uint32_t{hdr[3]} << 24;
-    std::string rbody(rlen, '\0');
-    ReadFull(reinterpret_cast<uint8_t*>(rbody.data()), rlen, passed_fd);
+    std::string body;
+    const Status s = reader_.Next(&body, passed_fd);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
     v1::LocalResponse resp;
-    REQUIRE(resp.ParseFromString(rbody));
+    REQUIRE(resp.ParseFromString(body));
     return resp;
   }
 
@@ -86,33 +83,18 @@ class LocalConn {
     return r.open_loader();
   }
 
- private:
-  void ReadFull(uint8_t* p, size_t n, int* passed_fd) {
-    while (n > 0) {
-      iovec iov{p, n};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      const ssize_t r = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
-      REQUIRE(r > 0);
-      for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-        int got;
-        std::memcpy(&got, CMSG_DATA(cm), sizeof(int));
-        if (passed_fd && *passed_fd < 0) {
-          *passed_fd = got;
-        } else {
-          ::close(got);
-        }
-      }
-      p += r;
-      n -= static_cast<size_t>(r);
+  // Reads and drops whatever the daemon sends until it closes the connection; false when it
+  // does not within the receive timeout.
+  bool ReadUntilClosed() {
+    std::string body;
+    for (;;) {
+      if (!reader_.Next(&body, nullptr).ok()) return reader_.closed();
     }
   }
+
+ private:
   UniqueFd fd_;
+  local_wire::FrameReader reader_{fd_.get()};
 };
 
 }  // namespace shardcache::testing

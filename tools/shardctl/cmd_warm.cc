@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -35,6 +36,7 @@
 #include "daemon/upstream/file_source.h"
 #include "daemon/upstream/grpc_source.h"
 #include "shardcache/local.pb.h"
+#include "shardcache/local_wire.h"
 #include "tools/shardctl/command.h"
 #include "tools/shardctl/progress.h"
 
@@ -128,61 +130,37 @@ class LocalControl {
       }
       return Unavailable("connecting to shardcached at " + path + ": " + std::strerror(err));
     }
+    c.reader_ = std::make_unique<local_wire::FrameReader>(c.fd_.get());
     return c;
   }
 
   // Sends req and reads its response; the response's own error code becomes the status.
   // `what` names the request in errors.
   Status Call(const v1::LocalRequest& req, v1::LocalResponse* resp, const std::string& what) {
-    std::string body;
-    req.SerializeToString(&body);
-    std::string frame(4, '\0');
-    const uint32_t len = static_cast<uint32_t>(body.size());
-    for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-    frame += body;
+    std::string frame;
+    local_wire::AppendFrame(req, &frame);
     // A failed send is reported after trying to read: a refused peer gets a PermissionDenied
     // answer before the daemon closes, and that says more than EPIPE.
-    Status send_error;
-    for (size_t off = 0; off < frame.size();) {
-      const ssize_t w = ::send(fd_.get(), frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        send_error = Unavailable("sending " + what + " to shardcached at " + path_ + ": " + std::strerror(errno));
-        break;
+    const Status send_error = local_wire::WriteAll(fd_.get(), frame);
+    std::string body;
+    if (Status s = reader_->Next(&body, nullptr); !s.ok()) {
+      if (!send_error.ok()) return send_error.WithContext("sending " + what + " to shardcached at " + path_);
+      if (reader_->closed()) {
+        // An unknown request closes the connection: a daemon from before local protocol 2.
+        return Unavailable("shardcached at " + path_ + " closed the connection on " + what +
+                           " (a daemon older than local protocol 2 cannot warm itself; or it is stopping)");
       }
-      off += static_cast<size_t>(w);
+      return s.WithContext("reading the answer to " + what + " from shardcached at " + path_);
     }
-    uint8_t hdr[4];
-    Status s = ReadFull(hdr, 4, what);
-    if (!s.ok()) return send_error.ok() ? s : send_error;
-    const uint32_t rlen = uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 | uint32_t{hdr[3]} << 24;
-    if (rlen > (16u << 20)) return DataLoss("shardcached sent a " + std::to_string(rlen) + "-byte response");
-    std::string rbody(rlen, '\0');
-    if (rlen > 0) SC_RETURN_IF_ERROR(ReadFull(reinterpret_cast<uint8_t*>(rbody.data()), rlen, what));
-    if (!resp->ParseFromString(rbody)) return DataLoss("malformed response from shardcached at " + path_);
+    if (!resp->ParseFromString(body)) return DataLoss("malformed response from shardcached at " + path_);
     if (resp->code() != 0) return Status(static_cast<StatusCode>(resp->code()), resp->message());
     return Status::Ok();
   }
 
  private:
-  Status ReadFull(uint8_t* p, size_t n, const std::string& what) {
-    while (n > 0) {
-      const ssize_t r = ::read(fd_.get(), p, n);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return Unavailable("reading from shardcached at " + path_ + ": " + std::strerror(errno));
-      if (r == 0) {
-        // An unknown request closes the connection: a daemon from before local protocol 2.
-        return Unavailable("shardcached at " + path_ + " closed the connection on " + what +
-                           " (a daemon older than local protocol 2 cannot warm itself; or it is stopping)");
-      }
-      p += r;
-      n -= static_cast<size_t>(r);
-    }
-    return Status::Ok();
-  }
-
   std::string path_;
   UniqueFd fd_;
+  std::unique_ptr<local_wire::FrameReader> reader_;  // on fd_; LocalControl moves
 };
 
 int RunWarmSocket(const WarmArgs& a) {

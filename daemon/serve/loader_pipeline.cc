@@ -1,4 +1,4 @@
-#include "daemon/serve/prefetcher.h"
+#include "daemon/serve/loader_pipeline.h"
 
 #include <algorithm>
 #include <tuple>
