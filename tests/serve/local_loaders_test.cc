@@ -315,7 +315,7 @@ TEST_CASE("a forked child (a DataLoader worker) cannot disturb its parent's conn
   REQUIRE(std::string(reinterpret_cast<const char*>(first->sample(0).data), first->sample(0).size) ==
           expected[first->sample_id(0)]);
   uint64_t samples = first->size();
-  first->Release();
+  CHECK(first->Release().ok());
   for (;;) {
     auto b = (*l)->Next();
     if (!b.ok()) {
