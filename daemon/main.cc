@@ -20,6 +20,7 @@
 #include <thread>
 
 #include <CLI/CLI.hpp>
+#include <google/protobuf/stubs/logging.h>
 #include <spdlog/spdlog.h>
 
 #include "common/log.h"
@@ -50,6 +51,14 @@ void ArmStopBound() {
     spdlog::default_logger()->flush();
     std::_Exit(1);
   }).detach();
+}
+
+// libprotobuf writes its own complaints (a request whose string field is not UTF-8, ...) to
+// stderr, once per message: a hostile client could flood the journal. They go through spdlog,
+// rate-limited; the caller that got the parse failure reports it in its own words.
+void ProtobufLogToSpdlog(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+  const auto lvl = level >= google::protobuf::LOGLEVEL_ERROR ? spdlog::level::warn : spdlog::level::debug;
+  SC_LOG_RATE_LIMITED(lvl, "protobuf ({}:{}): {}", file, line, message);
 }
 
 std::string Join(const std::vector<std::string>& v) {
@@ -84,6 +93,7 @@ void Reload(const std::string& path, shardcache::daemon::Daemon& daemon,
 
 int main(int argc, char** argv) {
   shardcache::KeepLargeBuffersInHeap();
+  google::protobuf::SetLogHandler(ProtobufLogToSpdlog);
   CLI::App app{"shardcached — node-local caching daemon for remote training datasets"};
   std::string config_path;
   bool check_only = false;
