@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "config/config.h"
 #include "daemon/admin/admin_server.h"
@@ -156,8 +157,12 @@ Status FuzzAdminRequest(const uint8_t* data, size_t size) {
   std::string answer;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
     (void)!::send(fd, data, size, MSG_NOSIGNAL);
-    // End of input: the server answers or drops a partial request now, not at its read timeout.
-    ::shutdown(fd, SHUT_WR);
+    // A request whose head never ends: say so (half-close), and the server drops it now, not
+    // at its read timeout. (A complete one stays open: httplib answers nothing on a half-closed
+    // connection.)
+    if (std::string_view(reinterpret_cast<const char*>(data), size).find("\r\n\r\n") == std::string_view::npos) {
+      ::shutdown(fd, SHUT_WR);
+    }
     // Read one answer: its head, then Content-Length bytes of body (the connection may stay
     // open for the next request), or until the server closes or a second passes.
     char buf[4096];
