@@ -38,6 +38,8 @@ const CacheMetrics& CacheMetrics::Get() {
     c.nvme_used_bytes = r.GetGauge("shardcache_cache_nvme_used_bytes", "Allocated bytes of the NVMe tier (segments + index)");
     c.nvme_budget_bytes = r.GetGauge("shardcache_cache_nvme_budget_bytes",
                                    "NVMe budget in effect: cache.size, or what the file system holds above min_free");
+    c.index_memory_bytes = r.GetGauge("shardcache_cache_index_memory_bytes",
+                                      "Memory the NVMe tier's RocksDB index holds (memtables, block cache, table readers)");
     c.dram_used_bytes = r.GetGauge("shardcache_cache_dram_used_bytes", "Chunk bytes held by the DRAM tier");
     c.dram_budget_bytes = r.GetGauge("shardcache_cache_dram_budget_bytes", "cache.memory_size");
     c.nvme_read_seconds = r.GetHistogram("shardcache_cache_nvme_read_seconds",

@@ -28,6 +28,7 @@ struct CacheMetrics {
   metrics::Counter* nvme_errors;                   // I/O errors of the NVMe tier
   metrics::Gauge* nvme_healthy;                    // 1 unless the NVMe tier's disk is failing
   metrics::Gauge* nvme_used_bytes;    // allocated segment bytes + index bytes
+  metrics::Gauge* index_memory_bytes;
   metrics::Gauge* nvme_budget_bytes;
   metrics::Gauge* dram_used_bytes;
   metrics::Gauge* dram_budget_bytes;

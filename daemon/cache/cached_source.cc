@@ -490,6 +490,7 @@ CacheStats CachedSource::Stats() const {
   const auto& m = CacheMetrics::Get();
   m.dram_used_bytes->Set(static_cast<double>(st.dram_used_bytes));
   m.nvme_used_bytes->Set(static_cast<double>(st.nvme.segment_allocated_bytes + st.nvme.index_bytes));
+  m.index_memory_bytes->Set(static_cast<double>(st.nvme.index_memory_bytes));
   return st;
 }
 

@@ -240,6 +240,16 @@ uint64_t IndexDb::EstimateKeys() const {
   return n;
 }
 
+uint64_t IndexDb::MemoryBytes() const {
+  uint64_t total = 0;
+  for (const char* p : {"rocksdb.cur-size-all-mem-tables", "rocksdb.block-cache-usage",
+                        "rocksdb.estimate-table-readers-mem"}) {
+    uint64_t v = 0;
+    if (db_->GetIntProperty(p, &v)) total += v;
+  }
+  return total;
+}
+
 uint64_t IndexDb::DiskBytes() const {
   uint64_t total = 0;
   DIR* d = opendir(path_.c_str());

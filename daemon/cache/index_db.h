@@ -124,6 +124,9 @@ class IndexDb {
 
   // Allocated bytes of the index directory (st_blocks), for the budget.
   uint64_t DiskBytes() const;
+  // Memory RocksDB holds for the index: memtables, block cache, table readers. Bounded by
+  // the options Open sets (2 memtables of 4 MiB, the block cache) plus the readers.
+  uint64_t MemoryBytes() const;
   const std::string& path() const { return path_; }
 
  private:

@@ -1056,6 +1056,7 @@ NvmeStats NvmeStore::Stats() const {
   }
   st.segment_bytes = options_.segment_bytes;
   st.segment_allocated_bytes = st.segments * options_.segment_bytes;
+  st.index_memory_bytes = db_->MemoryBytes();
   st.index_allowance_bytes = IndexAllowance(st.index_bytes);
   st.written_bytes = written_bytes_.load();
   st.hits = hits_.load();

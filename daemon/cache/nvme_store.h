@@ -115,6 +115,7 @@ struct NvmeStats {
   uint64_t segments = 0;
   uint64_t segment_allocated_bytes = 0;
   uint64_t index_bytes = 0;         // measured RocksDB directory
+  uint64_t index_memory_bytes = 0;  // RocksDB's memtables, block cache and table readers
   uint64_t index_allowance_bytes = 0;
   uint64_t configured_size_bytes = 0;  // cache.size as asked; size_bytes is what the file system holds
   uint64_t entries = 0;

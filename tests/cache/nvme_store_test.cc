@@ -107,6 +107,10 @@ TEST_CASE("nvme store: start-up reads the index, not the segment contents", "[ca
   REQUIRE(replaced > 0);
   auto cache = OpenCache(o, dso, ds, &up);
   CHECK(cache->Stats().nvme.entries == 16);
+  // Recovery read the whole index: RocksDB holds some of it (the block cache at least),
+  // bounded by the memtables and block cache IndexDb::Open sizes, plus its table readers.
+  CHECK(cache->Stats().nvme.index_memory_bytes > 0);
+  CHECK(cache->Stats().nvme.index_memory_bytes < (8u << 20) + o.index_block_cache_bytes + (4u << 20));
   // ...and every read of such an entry is caught by verification, then refetched.
   CHECK(ReadAndCompare(*cache, ds, dso) == 0);
   CHECK(cache->Stats().nvme.checksum_failures == 16);

@@ -103,6 +103,7 @@ const std::vector<std::string> kNodeFamilies = {
     "shardcache_cache_written_bytes_total", "shardcache_cache_unstored_chunks_total",
     "shardcache_cache_nvme_errors_total", "shardcache_cache_nvme_healthy", "shardcache_cache_nvme_used_bytes",
     "shardcache_cache_nvme_budget_bytes", "shardcache_cache_dram_used_bytes", "shardcache_cache_dram_budget_bytes",
+    "shardcache_cache_index_memory_bytes",
     "shardcache_cache_nvme_read_seconds", "shardcache_upstream_wire_bytes_total",
     "shardcache_upstream_payload_bytes_total", "shardcache_upstream_chunks_total", "shardcache_upstream_streams_total",
     "shardcache_upstream_retries_total", "shardcache_upstream_checksum_failures_total",
