@@ -56,8 +56,8 @@ Status Connection::FlushLocked() {
 
 Status Connection::ReceiveLocked(v1::LocalResponse* resp, int* received_fd) {
   std::string body;
-  if (Status s = reader->Next(&body, received_fd); !s.ok()) {
-    if (reader->closed()) return Unavailable("shardcached closed the connection");
+  if (Status s = reader.Next(&body, received_fd); !s.ok()) {
+    if (reader.closed()) return Unavailable("shardcached closed the connection");
     return s.WithContext("reading from shardcached");
   }
   if (!resp->ParseFromString(body)) return DataLoss("malformed response from shardcached");
@@ -86,7 +86,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& socket_p
     }
     return Unavailable("connecting to shardcached at " + socket_path + ": " + std::strerror(err));
   }
-  conn->reader = std::make_unique<local_wire::FrameReader>(conn->fd);
+  conn->reader = local_wire::FrameReader(conn->fd);
   v1::LocalRequest req;
   req.mutable_hello()->set_protocol_version(local_wire::kProtocolVersion);
   v1::LocalResponse resp;

@@ -42,7 +42,7 @@ struct Connection {
   bool broken = false;           // GUARDED_BY(mu): every call fails fast
   std::string unsent;            // GUARDED_BY(mu): queued release frames
   uint32_t unsent_releases = 0;  // GUARDED_BY(mu)
-  std::unique_ptr<local_wire::FrameReader> reader;  // GUARDED_BY(mu): on fd, set by Open
+  local_wire::FrameReader reader;  // GUARDED_BY(mu): on fd, set by Open
 
   ~Connection();
 

@@ -41,7 +41,8 @@ Status WriteAll(int fd, std::string_view bytes, int pass_fd = -1);
 // Reads frames from a stream socket through a buffer (several pipelined frames cost one read).
 class FrameReader {
  public:
-  explicit FrameReader(int fd) : fd_(fd) {}
+  // fd -1: a reader to assign one to later (it owns no descriptor either way).
+  explicit FrameReader(int fd = -1) : fd_(fd) {}
 
   // The next frame's bytes into *body. A descriptor that arrives while the frame is read goes
   // to *passed_fd (-1 when none; the caller owns it); further ones, or all when passed_fd is

@@ -159,15 +159,15 @@ def main():
         # readings alternate between before and after.
         time.sleep(0.6)
         now = proc_figures(node.proc.pid)
+        m = node.metrics()
         # RocksDB's share (memtables, block cache): bounded, and apart from any leak of ours.
-        now["index_mib"] = node.metric("shardcache_cache_index_memory_bytes") / S.MiB
+        now["index_mib"] = m.get("shardcache_cache_index_memory_bytes", 0) / S.MiB
         samples.append(now)
         if epoch % 20 == 0:
             print(f"soak: epoch {epoch}, {int(end - time.time())} s left: " +
                   ", ".join(f"{k} {v:.1f}" for k, v in now.items()), file=sys.stderr, flush=True)
         # Steady state: the NVMe tier at its budget (re-stored corrupt chunks fill it with new
         # segments, each with its file and index entries, until eviction keeps it level).
-        m = node.metrics()
         full = m.get("shardcache_cache_nvme_used_bytes", 0) >= 0.9 * m.get("shardcache_cache_nvme_budget_bytes", 1)
         if baseline is None and epoch >= BASELINE_EPOCH and time.time() >= warm_at and full:
             baseline, baseline_index = now, len(samples) - 1

@@ -130,7 +130,7 @@ class LocalControl {
       }
       return Unavailable("connecting to shardcached at " + path + ": " + std::strerror(err));
     }
-    c.reader_ = std::make_unique<local_wire::FrameReader>(c.fd_.get());
+    c.reader_ = local_wire::FrameReader(c.fd_.get());
     return c;
   }
 
@@ -143,9 +143,9 @@ class LocalControl {
     // answer before the daemon closes, and that says more than EPIPE.
     const Status send_error = local_wire::WriteAll(fd_.get(), frame);
     std::string body;
-    if (Status s = reader_->Next(&body, nullptr); !s.ok()) {
+    if (Status s = reader_.Next(&body, nullptr); !s.ok()) {
       if (!send_error.ok()) return send_error.WithContext("sending " + what + " to shardcached at " + path_);
-      if (reader_->closed()) {
+      if (reader_.closed()) {
         // An unknown request closes the connection: a daemon from before local protocol 2.
         return Unavailable("shardcached at " + path_ + " closed the connection on " + what +
                            " (a daemon older than local protocol 2 cannot warm itself; or it is stopping)");
@@ -160,7 +160,7 @@ class LocalControl {
  private:
   std::string path_;
   UniqueFd fd_;
-  std::unique_ptr<local_wire::FrameReader> reader_;  // on fd_; LocalControl moves
+  local_wire::FrameReader reader_;  // on fd_, set by Connect
 };
 
 int RunWarmSocket(const WarmArgs& a) {
