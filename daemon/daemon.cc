@@ -307,6 +307,42 @@ admin::Readiness Daemon::Readiness() const {
   return r;
 }
 
+namespace {
+
+// The tiers' part of /status: one entry per tier in j["tiers"], and the hit counts in j["cache"].
+void AddCacheStatus(const cache::CacheStats& cs, const config::Config::Cache& config, nlohmann::json& j) {
+  if (cs.dram_budget_bytes > 0) {
+    j["tiers"].push_back({{"name", "dram"},
+                          {"used_bytes", cs.dram_used_bytes},
+                          {"budget_bytes", cs.dram_budget_bytes},
+                          {"entries", cs.dram_entries},
+                          {"hits", cs.hits_dram},
+                          {"served_bytes", cs.served_dram_bytes}});
+  }
+  if (cs.nvme_enabled) {
+    j["tiers"].push_back({{"name", "nvme"},
+                          {"used_bytes", cs.nvme.segment_allocated_bytes + cs.nvme.index_bytes},
+                          {"budget_bytes", cs.nvme.size_bytes},
+                          {"configured_budget_bytes", cs.nvme.configured_size_bytes},
+                          {"healthy", cs.nvme.disk_problem.empty()},
+                          {"problem", cs.nvme.disk_problem},
+                          {"entries", cs.nvme.entries},
+                          {"segments", cs.nvme.segments},
+                          {"hits", cs.hits_nvme},
+                          {"served_bytes", cs.served_nvme_bytes},
+                          {"evicted_segments", cs.nvme.evicted_segments},
+                          {"dir", config.dir},
+                          {"eviction", config::EvictionName(config.eviction)}});
+  }
+  const uint64_t hits = cs.hits_dram + cs.hits_nvme;
+  j["cache"] = {{"hits", hits},
+                {"misses", cs.misses},
+                {"hit_ratio", hits + cs.misses == 0 ? 0.0 : double(hits) / double(hits + cs.misses)},
+                {"served_upstream_bytes", cs.served_upstream_bytes}};
+}
+
+}  // namespace
+
 std::string Daemon::StatusJson() const {
   nlohmann::json j;
   const admin::Readiness readiness = Readiness();
@@ -346,37 +382,7 @@ std::string Daemon::StatusJson() const {
       j["datasets_error"] = list.status().ToString();
     }
   }
-  if (is_ready && parts_->cache) {
-    const cache::CacheStats cs = parts_->cache->Stats();
-    if (cs.dram_budget_bytes > 0) {
-      j["tiers"].push_back({{"name", "dram"},
-                            {"used_bytes", cs.dram_used_bytes},
-                            {"budget_bytes", cs.dram_budget_bytes},
-                            {"entries", cs.dram_entries},
-                            {"hits", cs.hits_dram},
-                            {"served_bytes", cs.served_dram_bytes}});
-    }
-    if (cs.nvme_enabled) {
-      j["tiers"].push_back({{"name", "nvme"},
-                            {"used_bytes", cs.nvme.segment_allocated_bytes + cs.nvme.index_bytes},
-                            {"budget_bytes", cs.nvme.size_bytes},
-                            {"configured_budget_bytes", cs.nvme.configured_size_bytes},
-                            {"healthy", cs.nvme.disk_problem.empty()},
-                            {"problem", cs.nvme.disk_problem},
-                            {"entries", cs.nvme.entries},
-                            {"segments", cs.nvme.segments},
-                            {"hits", cs.hits_nvme},
-                            {"served_bytes", cs.served_nvme_bytes},
-                            {"evicted_segments", cs.nvme.evicted_segments},
-                            {"dir", config_.cache.dir},
-                            {"eviction", config::EvictionName(config_.cache.eviction)}});
-    }
-    const uint64_t hits = cs.hits_dram + cs.hits_nvme;
-    j["cache"] = {{"hits", hits},
-                  {"misses", cs.misses},
-                  {"hit_ratio", hits + cs.misses == 0 ? 0.0 : double(hits) / double(hits + cs.misses)},
-                  {"served_upstream_bytes", cs.served_upstream_bytes}};
-  }
+  if (is_ready && parts_->cache) AddCacheStatus(parts_->cache->Stats(), config_.cache, j);
   if (is_ready && parts_->grpc != nullptr) {
     const auto gs = parts_->grpc->stats();
     j["upstream"]["wire_bytes"] = gs.wire_bytes;

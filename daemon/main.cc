@@ -89,6 +89,47 @@ void Reload(const std::string& path, shardcache::daemon::Daemon& daemon,
   notifier.Status("serving (reloaded)");
 }
 
+// --check: the config is valid; what a container's memory limit must exceed (deploy/k8s sizes
+// its limits from the "buffer memory" line).
+void PrintCheckReport(const std::string& config_path, const Config& c) {
+  std::printf("%s: OK (upstream %s)\n", config_path.c_str(), c.upstream.c_str());
+  const uint64_t buffers = shardcache::config::BufferMemoryBytes(c);
+  const std::string arenas = c.listen.socket.empty()
+                                 ? "no trainer arenas (listen.socket is off)"
+                                 : "local.max_connections " + std::to_string(c.local.max_connections) +
+                                       " x local.arena_size " + shardcache::FormatBytes(c.local.arena_size_bytes);
+  std::printf("buffer memory: up to %s (%llu bytes) = cache.memory_size %s + %s; working memory comes on top\n",
+              shardcache::FormatBytes(buffers).c_str(), static_cast<unsigned long long>(buffers),
+              shardcache::FormatBytes(c.cache.memory_size_bytes).c_str(), arenas.c_str());
+}
+
+// The main loop: takes the blocked `signals` synchronously (SIGHUP reloads; SIGTERM/SIGINT
+// return) and pings the systemd watchdog between them.
+void ServeUntilStopSignal(const sigset_t& signals, const std::string& config_path, shardcache::daemon::Daemon& daemon,
+                          shardcache::admin::SystemdNotifier& notifier) {
+  // Wake at least every half watchdog interval (or once a second) to ping systemd.
+  const auto tick = notifier.watchdog_enabled()
+                        ? std::min<std::chrono::microseconds>(notifier.watchdog_interval(), std::chrono::seconds(1))
+                        : std::chrono::microseconds(std::chrono::seconds(1));
+  auto next_ping = std::chrono::steady_clock::now();
+  for (;;) {
+    if (notifier.watchdog_enabled() && std::chrono::steady_clock::now() >= next_ping) {
+      notifier.WatchdogPing();
+      next_ping = std::chrono::steady_clock::now() + notifier.watchdog_interval();
+    }
+    timespec ts{static_cast<time_t>(tick.count() / 1000000), static_cast<long>(tick.count() % 1000000) * 1000};
+    siginfo_t info;
+    const int sig = sigtimedwait(&signals, &info, &ts);
+    if (sig == SIGHUP) {
+      Reload(config_path, daemon, notifier);
+    } else if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("{}: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      break;
+    }
+    // -1: timeout (EAGAIN) or EINTR; loop to ping and wait again.
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,17 +156,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (check_only) {
-    std::printf("%s: OK (upstream %s)\n", config_path.c_str(), loaded->upstream.c_str());
-    // What a container's memory limit must exceed (deploy/k8s sizes its limits from this line).
-    const auto& c = *loaded;
-    const uint64_t buffers = shardcache::config::BufferMemoryBytes(c);
-    const std::string arenas = c.listen.socket.empty()
-                                   ? "no trainer arenas (listen.socket is off)"
-                                   : "local.max_connections " + std::to_string(c.local.max_connections) +
-                                         " x local.arena_size " + shardcache::FormatBytes(c.local.arena_size_bytes);
-    std::printf("buffer memory: up to %s (%llu bytes) = cache.memory_size %s + %s; working memory comes on top\n",
-                shardcache::FormatBytes(buffers).c_str(), static_cast<unsigned long long>(buffers),
-                shardcache::FormatBytes(c.cache.memory_size_bytes).c_str(), arenas.c_str());
+    PrintCheckReport(config_path, *loaded);
     return 0;
   }
   if (auto s = shardcache::SetupLogging(loaded->log.level); !s.ok()) {
@@ -156,27 +187,7 @@ int main(int argc, char** argv) {
   }
   notifier.Ready("serving");
 
-  // Wake at least every half watchdog interval (or once a second) to ping systemd.
-  const auto tick = notifier.watchdog_enabled()
-                        ? std::min<std::chrono::microseconds>(notifier.watchdog_interval(), std::chrono::seconds(1))
-                        : std::chrono::microseconds(std::chrono::seconds(1));
-  auto next_ping = std::chrono::steady_clock::now();
-  for (;;) {
-    if (notifier.watchdog_enabled() && std::chrono::steady_clock::now() >= next_ping) {
-      notifier.WatchdogPing();
-      next_ping = std::chrono::steady_clock::now() + notifier.watchdog_interval();
-    }
-    timespec ts{static_cast<time_t>(tick.count() / 1000000), static_cast<long>(tick.count() % 1000000) * 1000};
-    siginfo_t info;
-    const int sig = sigtimedwait(&signals, &info, &ts);
-    if (sig == SIGHUP) {
-      Reload(config_path, daemon, notifier);
-    } else if (sig == SIGTERM || sig == SIGINT) {
-      spdlog::info("{}: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      break;
-    }
-    // -1: timeout (EAGAIN) or EINTR; loop to ping and wait again.
-  }
+  ServeUntilStopSignal(signals, config_path, daemon, notifier);
   notifier.Stopping();
   ArmStopBound();
   daemon.Stop();

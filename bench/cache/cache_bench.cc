@@ -94,7 +94,7 @@ CacheOptions RestartOptions(const std::string& dir, uint64_t entries, uint64_t c
   o.min_free_fraction = 0;
   o.segment_bytes = 256ull << 20;
   // Room for every entry plus the index.
-  o.size_bytes = entries * NvmeStore::ExtentBytes(chunk_bytes) + 4 * o.segment_bytes + (512ull << 20);
+  o.size_bytes = entries * ExtentBytes(chunk_bytes) + 4 * o.segment_bytes + (512ull << 20);
   return o;
 }
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "client/src/connection.h"
-#include "common/batch_ring.h"
 #include "common/sample_fields.h"
+#include "shardcache/batch_ring.h"
 #include "shardcache/local.pb.h"
 
 namespace shardcache {
@@ -50,13 +50,8 @@ struct LoaderCore {
   uint32_t block_window_shards = 0;
   uint64_t opened_at = 0;      // the rank position this daemon-side loader started at
   uint64_t batches_taken = 0;  // batches Next() returned from it
-  // The loader's batch ring (common/batch_ring.h), mapped read-only.
-  const uint8_t* ring = nullptr;
-  uint64_t ring_bytes = 0;
-  uint32_t ring_entries = 0;
-  uint32_t ring_max_samples = 0;
-  uint64_t ring_stride = 0;
-  uint64_t next_entry = 0;  // the next ring entry to read
+  batch_ring::RingReader ring;  // the loader's batch ring, mapped read-only
+  uint64_t next_entry = 0;      // the next ring entry to read
 
   ~LoaderCore() {
     if (conn != nullptr && id != 0) {
@@ -65,7 +60,6 @@ struct LoaderCore {
       v1::LocalResponse resp;
       (void)conn->Call(req, &resp);  // a lost connection closed it already
     }
-    UnmapRing();
   }
 
   // Opens the daemon-side loader of `o` on `on` and maps its ring (replacing an earlier one).
@@ -111,8 +105,12 @@ struct LoaderCore {
     opened_at = o.samples_consumed;
     batches_taken = 0;
     next_entry = 0;
-    UnmapRing();
-    return MapRing(ring_fd, ol);  // closes ring_fd; ~LoaderCore closes the loader
+    ring = {};
+    // Every byte the client reads must lie in the file: a shorter one would fault (SIGBUS).
+    auto mapped = batch_ring::RingReader::Map(ring_fd, ol.ring_bytes(), ol.ring_entries(), o.batch_size);
+    if (!mapped.ok()) return mapped.status().WithContext("loader " + std::to_string(id));  // ~LoaderCore closes it
+    ring = std::move(*mapped);
+    return Status::Ok();
   }
 
   // After the daemon dropped the connection: the same loader on the Session's new connection,
@@ -125,41 +123,6 @@ struct LoaderCore {
     o.expect_version = version;                 // never continue an epoch on another version
     o.block_window_shards = block_window_shards;  // nor on another plan
     return Open(fresh, o).WithContext("resuming after shardcached restarted");
-  }
-
-  void UnmapRing() {
-    if (ring != nullptr) munmap(const_cast<uint8_t*>(ring), ring_bytes);
-    ring = nullptr;
-  }
-
-  // Maps the ring passed with the OpenLoaderResponse and checks its header.
-  Status MapRing(int fd, const v1::OpenLoaderResponse& r) {
-    if (fd < 0) return DataLoss("shardcached did not pass the batch ring of loader " + std::to_string(id));
-    // Every byte the client reads must lie in the file: a shorter one would fault (SIGBUS).
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || r.ring_bytes() < sizeof(batch_ring::RingHeader) ||
-        static_cast<uint64_t>(st.st_size) < r.ring_bytes()) {
-      close(fd);
-      return DataLoss("shardcached passed a batch ring of " + std::to_string(st.st_size) + " bytes for " +
-                      std::to_string(r.ring_bytes()));
-    }
-    void* p = mmap(nullptr, r.ring_bytes(), PROT_READ, MAP_SHARED, fd, 0);
-    const int err = errno;
-    close(fd);
-    if (p == MAP_FAILED) return Internal(std::string("mapping the batch ring: ") + std::strerror(err));
-    ring = static_cast<const uint8_t*>(p);
-    ring_bytes = r.ring_bytes();
-    const auto& h = *reinterpret_cast<const batch_ring::RingHeader*>(ring);
-    ring_entries = h.entries;
-    ring_max_samples = h.max_samples;
-    ring_stride = h.stride;
-    if (h.magic != batch_ring::kMagic ||
-        h.layout_version != batch_ring::kLayoutVersion || ring_entries == 0 || ring_entries != r.ring_entries() ||
-        ring_max_samples < options.batch_size || ring_stride != batch_ring::Stride(ring_max_samples) ||
-        batch_ring::RingBytes(ring_entries, ring_max_samples) > ring_bytes) {
-      return DataLoss("shardcached described an inconsistent batch ring");
-    }
-    return Status::Ok();
   }
 
   // One Next() on the current connection. REQUIRES: next_mu held.
@@ -269,11 +232,10 @@ Result<Batch> Loader::Next() {
 Result<Batch> LoaderCore::NextOnce(Batch b) {
   LoaderCore& c = *this;
   const uint64_t i = c.next_entry;
-  const auto& header = *reinterpret_cast<const batch_ring::RingHeader*>(c.ring);
-  uint64_t published = header.published.load(std::memory_order_acquire);
   uint64_t wait_us = 0;
-  if (published <= i) {
-    // Nothing described yet: ask the daemon to answer once entry i is there.
+  if (c.ring.published() <= i) {
+    // Nothing described yet: ask the daemon to answer once entry i is there (it publishes the
+    // entry before it answers).
     v1::LocalRequest req;
     auto* nb = req.mutable_next_batch();
     nb->set_loader_id(c.id);
@@ -284,78 +246,43 @@ Result<Batch> LoaderCore::NextOnce(Batch b) {
     SC_RETURN_IF_ERROR(c.conn->Call(req, &resp));
     if (resp.next_batch().end_of_epoch()) return OutOfRange("end of epoch");
     wait_us = resp.next_batch().wait_us();
-    published = header.published.load(std::memory_order_acquire);  // stored before the answer was sent
-    if (published <= i) {
-      return DataLoss("shardcached answered a wait for batch ring entry " + std::to_string(i) +
-                      " with only " + std::to_string(published) + " published");
-    }
   }
-  if (published - i > c.ring_entries) {
-    return DataLoss("batch ring of loader " + std::to_string(c.id) + " overran: entry " + std::to_string(i) +
-                    " was overwritten (" + std::to_string(published) + " published)");
-  }
-  // Seqlock read: the entry's index before and after the copy must both be i.
-  const uint8_t* at = c.ring + batch_ring::EntryOffset(i, c.ring_entries, c.ring_stride);
-  const auto& e = *reinterpret_cast<const batch_ring::RingEntry*>(at);
-  if (e.index.load(std::memory_order_acquire) != i) {
-    return DataLoss("batch ring entry " + std::to_string(i) + " of loader " + std::to_string(c.id) + " is not there");
-  }
-  const uint32_t slot = e.slot;
-  const uint32_t n = e.samples;
-  const uint64_t payload_bytes = e.payload_bytes;
-  const uint64_t seq = e.batch_seq;
-  const uint64_t rank_consumed = e.rank_consumed;
-  const uint64_t fields_offset = e.fields_offset;
-  const uint64_t fields_bytes = e.fields_bytes;
-  if (n > c.ring_max_samples) return DataLoss("shardcached sent an inconsistent batch description");
-  const auto* samples = reinterpret_cast<const batch_ring::RingSample*>(at + sizeof(batch_ring::RingEntry));
-  b.ids_.resize(n);
-  b.offsets_.resize(n);
-  b.lengths_.resize(n);
-  for (uint32_t k = 0; k < n; ++k) {
-    b.ids_[k] = samples[k].id;
-    b.offsets_[k] = samples[k].offset;
-    b.lengths_[k] = samples[k].length;
-  }
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (e.index.load(std::memory_order_relaxed) != i) {
-    return DataLoss("batch ring entry " + std::to_string(i) + " of loader " + std::to_string(c.id) +
-                    " changed while it was read");
-  }
+  batch_ring::BatchDescription e;
+  SC_RETURN_IF_ERROR(c.ring.Read(i, &e).WithContext("loader " + std::to_string(c.id)));
   const Connection& conn = *c.conn;
-  if (slot >= conn.slot_count || payload_bytes > conn.slot_bytes) {
+  if (e.slot >= conn.slot_count || e.payload_bytes > conn.slot_bytes) {
     return DataLoss("shardcached sent an inconsistent batch description");
   }
-  for (uint32_t k = 0; k < n; ++k) {
-    if (b.offsets_[k] > payload_bytes || b.lengths_[k] > payload_bytes - b.offsets_[k]) {
-      return DataLoss("shardcached sent a sample range outside its batch");
-    }
-  }
-  const uint8_t* slot_data = conn.arena + uint64_t{slot} * conn.slot_bytes;
-  if (fields_bytes > 0) {
-    if (fields_offset < payload_bytes || fields_offset > conn.slot_bytes || fields_bytes > conn.slot_bytes - fields_offset) {
+  const uint8_t* slot_data = conn.arena + uint64_t{e.slot} * conn.slot_bytes;
+  if (e.fields_bytes > 0) {
+    if (e.fields_offset < e.payload_bytes || e.fields_offset > conn.slot_bytes ||
+        e.fields_bytes > conn.slot_bytes - e.fields_offset) {
       return DataLoss("shardcached placed a field table outside its slot");
     }
     b.fields_ = std::make_unique<sample_fields::FieldsView>();
-    if (!b.fields_->Parse(slot_data + fields_offset, fields_bytes, n, b.offsets_.data(), b.lengths_.data())) {
+    if (!b.fields_->Parse(slot_data + e.fields_offset, e.fields_bytes, static_cast<uint32_t>(e.ids.size()),
+                          e.offsets.data(), e.lengths.data())) {
       return DataLoss(std::string("shardcached sent an inconsistent field table: ") + b.fields_->error());
     }
   }
+  b.ids_ = std::move(e.ids);
+  b.offsets_ = std::move(e.offsets);
+  b.lengths_ = std::move(e.lengths);
   c.next_entry = i + 1;
   ++c.batches_taken;
   b.conn_ = c.conn;
   b.loader_id_ = c.id;
-  b.slot_ = slot;
+  b.slot_ = e.slot;
   b.held_ = true;
   b.data_ = slot_data;
-  b.payload_bytes_ = payload_bytes;
+  b.payload_bytes_ = e.payload_bytes;
   b.record_bytes_ = c.record_bytes;
-  b.seq_ = seq;
+  b.seq_ = e.batch_seq;
   b.wait_us_ = wait_us;
-  b.consumed_after_ = rank_consumed;
+  b.consumed_after_ = e.rank_consumed;
   {
     std::lock_guard<std::mutex> l(c.mu);
-    c.consumed = rank_consumed;
+    c.consumed = e.rank_consumed;
   }
   return b;
 }
@@ -393,7 +320,7 @@ uint64_t Loader::dataset_samples() const { return core_->dataset_samples; }
 uint64_t Loader::record_bytes() const { return core_->record_bytes; }
 const std::string& Loader::version() const { return core_->version; }
 const LoaderOptions& Loader::options() const { return core_->options; }
-uint32_t Loader::ring_entries() const { return core_->ring_entries; }
+uint32_t Loader::ring_entries() const { return core_->ring.entries(); }
 
 // ---- Client
 

@@ -80,55 +80,8 @@ void AdminServer::Route() {
     process_metrics_.Update();
     res.set_content(handlers_.status_json(), "application/json");
   });
-  s.Get("/ready", [this](const httplib::Request& req, httplib::Response& res) {
-    static auto* requests = RequestCounter("/ready");
-    requests->Add();
-    std::set<std::string> excluded;
-    for (size_t i = 0; i < req.get_param_value_count("exclude"); ++i) {
-      const std::string check = req.get_param_value("exclude", i);
-      if (std::find(std::begin(kReadinessChecks), std::end(kReadinessChecks), check) == std::end(kReadinessChecks)) {
-        res.status = 400;
-        res.set_content("unknown check '" + check + "' in exclude= (upstream, cache_disk)\n", "text/plain");
-        return;
-      }
-      excluded.insert(check);
-    }
-    const Readiness r = handlers_.ready();
-    if (!r.serving) {
-      res.status = 503;
-      res.set_content("starting\n", "text/plain");
-      return;
-    }
-    std::string failing, ignored;
-    for (const auto& [check, problem] : r.failing) {
-      if (excluded.count(check)) ignored += "excluded " + check + ": " + problem + "\n";
-      else failing += check + ": " + problem + "\n";
-    }
-    res.status = failing.empty() ? 200 : 503;
-    res.set_content(failing.empty() ? "ready\n" + ignored : "degraded\n" + failing + ignored, "text/plain");
-  });
-  s.Post("/evict", [this](const httplib::Request& req, httplib::Response& res) {
-    static auto* requests = RequestCounter("/evict");
-    requests->Add();
-    nlohmann::json reply;
-    if (!req.has_param("dataset") || req.get_param_value("dataset").empty()) {
-      res.status = 400;
-      reply["error"] = "missing query parameter dataset=NAME";
-    } else {
-      const std::string dataset = req.get_param_value("dataset");
-      Status st = handlers_.evict(dataset);
-      res.status = HttpCodeFor(st.code());
-      reply["dataset"] = dataset;
-      if (st.ok()) {
-        reply["evicted"] = true;
-        spdlog::info("admin: evicted dataset '{}' on request from {}", dataset, req.remote_addr);
-      } else {
-        reply["evicted"] = false;
-        reply["error"] = st.ToString();
-      }
-    }
-    res.set_content(JsonText(reply), "application/json");
-  });
+  s.Get("/ready", [this](const httplib::Request& req, httplib::Response& res) { ServeReady(req, res); });
+  s.Post("/evict", [this](const httplib::Request& req, httplib::Response& res) { ServeEvict(req, res); });
   s.Post("/drain", [this](const httplib::Request& req, httplib::Response& res) {
     static auto* requests = RequestCounter("/drain");
     requests->Add();
@@ -145,6 +98,57 @@ void AdminServer::Route() {
                                        : "HTTP " + std::to_string(res.status);
     res.set_content(JsonText(reply), "application/json");
   });
+}
+
+void AdminServer::ServeReady(const httplib::Request& req, httplib::Response& res) {
+  static auto* requests = RequestCounter("/ready");
+  requests->Add();
+  std::set<std::string> excluded;
+  for (size_t i = 0; i < req.get_param_value_count("exclude"); ++i) {
+    const std::string check = req.get_param_value("exclude", i);
+    if (std::find(std::begin(kReadinessChecks), std::end(kReadinessChecks), check) == std::end(kReadinessChecks)) {
+      res.status = 400;
+      res.set_content("unknown check '" + check + "' in exclude= (upstream, cache_disk)\n", "text/plain");
+      return;
+    }
+    excluded.insert(check);
+  }
+  const Readiness r = handlers_.ready();
+  if (!r.serving) {
+    res.status = 503;
+    res.set_content("starting\n", "text/plain");
+    return;
+  }
+  std::string failing, ignored;
+  for (const auto& [check, problem] : r.failing) {
+    if (excluded.count(check)) ignored += "excluded " + check + ": " + problem + "\n";
+    else failing += check + ": " + problem + "\n";
+  }
+  res.status = failing.empty() ? 200 : 503;
+  res.set_content(failing.empty() ? "ready\n" + ignored : "degraded\n" + failing + ignored, "text/plain");
+}
+
+void AdminServer::ServeEvict(const httplib::Request& req, httplib::Response& res) {
+  static auto* requests = RequestCounter("/evict");
+  requests->Add();
+  nlohmann::json reply;
+  if (!req.has_param("dataset") || req.get_param_value("dataset").empty()) {
+    res.status = 400;
+    reply["error"] = "missing query parameter dataset=NAME";
+  } else {
+    const std::string dataset = req.get_param_value("dataset");
+    Status st = handlers_.evict(dataset);
+    res.status = HttpCodeFor(st.code());
+    reply["dataset"] = dataset;
+    if (st.ok()) {
+      reply["evicted"] = true;
+      spdlog::info("admin: evicted dataset '{}' on request from {}", dataset, req.remote_addr);
+    } else {
+      reply["evicted"] = false;
+      reply["error"] = st.ToString();
+    }
+  }
+  res.set_content(JsonText(reply), "application/json");
 }
 
 Status AdminServer::Start() {

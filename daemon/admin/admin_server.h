@@ -35,6 +35,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace shardcache::admin {
@@ -82,6 +84,10 @@ class AdminServer {
 
  private:
   void Route();
+  // GET /ready[?exclude=CHECK]: 200 "ready", 503 "starting" or "degraded" with the failing checks.
+  void ServeReady(const httplib::Request& req, httplib::Response& res);
+  // POST /evict?dataset=NAME: drops the dataset's chunks from every tier.
+  void ServeEvict(const httplib::Request& req, httplib::Response& res);
 
   const AdminOptions options_;
   const AdminHandlers handlers_;

@@ -45,13 +45,17 @@ void SystemdNotifier::BeginStartupKeepAlive(std::chrono::milliseconds period) {
     std::lock_guard<std::mutex> lock(mu_);
     keeper_stop_ = false;
   }
-  keeper_ = std::thread([this, period] {
-    const auto extend_us = std::chrono::duration_cast<std::chrono::microseconds>(period * 3).count();
+  const auto extend_us = std::chrono::duration_cast<std::chrono::microseconds>(period * 3).count();
+  const std::string extend = "EXTEND_TIMEOUT_USEC=" + std::to_string(extend_us);
+  // The first extension at once, not from the thread: a start that ends before the thread is
+  // scheduled has still told systemd.
+  Notify(extend);
+  WatchdogPing();
+  keeper_ = std::thread([this, period, extend] {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!keeper_stop_) {
-      Notify("EXTEND_TIMEOUT_USEC=" + std::to_string(extend_us));
+    while (!cv_.wait_for(lock, period, [this] { return keeper_stop_; })) {
+      Notify(extend);
       WatchdogPing();
-      cv_.wait_for(lock, period, [this] { return keeper_stop_; });
     }
   });
 }

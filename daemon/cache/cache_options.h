@@ -49,7 +49,7 @@ struct CacheOptions {
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
 
   // Size of one segment file, the unit of allocation and eviction. Multiple of 4 KiB. A chunk
-  // whose extent (NvmeStore::ExtentBytes) is larger is served but never stored (counted in
+  // whose extent (ExtentBytes in extent.h) is larger is served but never stored (counted in
   // shardcache_cache_unstored_chunks_total); config/ refuses segments below two default-sized
   // chunks. Not changeable at run time (existing segments keep their size). Default: 256 MiB.
   uint64_t segment_bytes = 256ull << 20;

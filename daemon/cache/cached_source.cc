@@ -77,11 +77,11 @@ Result<DatasetPtr> CachedSource::OpenDataset(const std::string& name) {
       Status s = store_->index_db().PutBlob(ManifestKey(name), (*fresh)->manifest_bytes);
       if (!s.ok()) SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: remembering manifest of '{}': {}", name, s.ToString());
       const uint64_t chunk_bytes = (*fresh)->manifest.chunk_bytes();
-      if (NvmeStore::ExtentBytes(chunk_bytes) > options_.segment_bytes) {
+      if (ExtentBytes(chunk_bytes) > options_.segment_bytes) {
         spdlog::error("cache: dataset '{}' has {} chunks, which do not fit a {} segment (cache.segment_size): "
                       "they are served but never cached; set cache.segment_size to at least {}",
                       name, FormatBytes(chunk_bytes), FormatBytes(options_.segment_bytes),
-                      FormatBytes(2 * NvmeStore::ExtentBytes(chunk_bytes)));
+                      FormatBytes(2 * ExtentBytes(chunk_bytes)));
       }
     }
     return fresh;
@@ -169,56 +169,119 @@ void CachedSource::Account(Tier tier, uint64_t bytes) {
   }
 }
 
+// One chunk of a ReadChunks window: where it is, once found.
+struct CachedSource::Slot {
+  ChunkKey key;
+  uint64_t length = 0;
+  Hash128 hash;
+  ChunkPtr chunk;
+  Tier tier = Tier::kNone;
+};
+
+std::vector<CachedSource::Slot> CachedSource::LookUp(const DatasetPtr& dataset, uint32_t shard, uint64_t from,
+                                                     uint64_t to) {
+  const auto& manifest = dataset->manifest;
+  const Hash128 vid = VersionId(dataset->version);
+  std::vector<Slot> slots(to - from);
+  std::vector<NvmeLookup> nvme_reqs;
+  std::vector<size_t> nvme_slots;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Slot& s = slots[i];
+    const uint64_t c = from + i;
+    s.key = ChunkKey{vid, shard, c};
+    s.length = dataset::ChunkLength(manifest, shard, c);
+    s.hash = dataset::ChunkHash(manifest, shard, c);
+    if ((s.chunk = dram_.Get(s.key))) {
+      s.tier = Tier::kDram;
+    } else if (store_ && (s.chunk = store_->Pending(s.key))) {
+      s.tier = Tier::kDram;
+    } else if (store_) {
+      nvme_reqs.push_back(NvmeLookup{s.key, s.length, s.hash});
+      nvme_slots.push_back(i);
+    }
+  }
+  if (!nvme_reqs.empty()) {
+    // One io_uring batch for every NVMe hit in the window.
+    auto got = store_->Lookup(nvme_reqs);
+    for (size_t k = 0; k < got.size(); ++k) {
+      if (!got[k]) continue;
+      Slot& s = slots[nvme_slots[k]];
+      s.chunk = std::move(got[k]);
+      s.tier = Tier::kNvme;
+      dram_.Put(s.key, s.chunk);
+    }
+  }
+  return slots;
+}
+
+size_t CachedSource::ExtendRun(std::vector<Slot>& slots, size_t i, std::vector<Flight>* run) {
+  size_t j = i + 1;
+  while (j < slots.size() && !slots[j].chunk) {
+    auto t = flights_.Join(slots[j].key);
+    if (!t.leader()) break;  // someone else fetches it; we will follow when we get there
+    // Like the first chunk, this one may have landed since the lookup: then the run ends
+    // here and the chunk is delivered from memory, not fetched a second time.
+    if (ChunkPtr c = FindCached(slots[j].key, slots[j].length, slots[j].hash, &slots[j].tier)) {
+      t.Publish(Result<ChunkPtr>(c));
+      slots[j].chunk = std::move(c);
+      break;
+    }
+    run->push_back(std::move(t));
+    ++j;
+  }
+  return j;
+}
+
+Status CachedSource::FetchRun(const DatasetPtr& dataset, uint32_t shard, uint64_t run_first, Slot* run_slots,
+                              std::vector<Flight>& run, const ReadOptions& options, const ChunkSink& sink) {
+  const bool demand = options.priority == FetchPriority::kDemand;
+  size_t delivered = 0;
+  Status sink_status;
+  upstream_calls_.fetch_add(1, std::memory_order_relaxed);
+  Status up = upstream_->ReadChunks(
+      dataset, shard, run_first, run.size(), options, [&](uint64_t c, const ChunkPtr& chunk) -> Status {
+        const size_t k = static_cast<size_t>(c - run_first);
+        if (c < run_first || k != delivered || k >= run.size() || !chunk) {
+          return Internal("upstream delivered chunk " + std::to_string(c) + " out of order (expected " +
+                          std::to_string(run_first + delivered) + ")");
+        }
+        Slot& slot = run_slots[k];
+        // End-to-end: never trust what arrived, even from a verifying upstream.
+        if (chunk->bytes.size() != slot.length || HashBytes(chunk->bytes.data(), chunk->bytes.size()) != slot.hash) {
+          return DataLoss("upstream chunk " + slot.key.ToString() + " does not match its manifest hash");
+        }
+        dram_.Put(slot.key, chunk);
+        if (store_) store_->Insert(slot.key, chunk, options.deadline);
+        run[k].Publish(Result<ChunkPtr>(chunk));
+        fetched_.fetch_add(1, std::memory_order_relaxed);
+        CacheMetrics::Get().upstream_fetches->Add();
+        ++delivered;
+        Account(Tier::kUpstream, chunk->bytes.size());
+        if (demand) plan_.OnDemandRead(slot.key);
+        sink_status = sink(c, chunk);
+        return sink_status;
+      });
+  if (!sink_status.ok()) return sink_status;
+  if (!up.ok() || delivered != run.size()) {
+    Status err = up.ok() ? Internal("upstream ended the range after " + std::to_string(delivered) + " of " +
+                                    std::to_string(run.size()) + " chunks")
+                         : up;
+    for (size_t k = delivered; k < run.size(); ++k) run[k].Publish(Result<ChunkPtr>(err));
+    return err;
+  }
+  return Status::Ok();
+}
+
 Status CachedSource::ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                                 const ReadOptions& options, const ChunkSink& sink) {
   SC_RETURN_IF_ERROR(CheckChunkRange(dataset, shard, first, count));
-  const auto& manifest = dataset->manifest;
-  const Hash128 vid = VersionId(dataset->version);
   const bool demand = options.priority == FetchPriority::kDemand;
   const uint64_t end = first + count;
   uint64_t next = first;
   int follower_retries = 0;
-
-  struct Slot {
-    ChunkKey key;
-    uint64_t length = 0;
-    Hash128 hash;
-    ChunkPtr chunk;
-    Tier tier = Tier::kNone;
-  };
-
   while (next < end) {
     const uint64_t window_end = std::min<uint64_t>(end, next + options_.max_fetch_run_chunks);
-    std::vector<Slot> slots(window_end - next);
-    std::vector<NvmeLookup> nvme_reqs;
-    std::vector<size_t> nvme_slots;
-    for (size_t i = 0; i < slots.size(); ++i) {
-      Slot& s = slots[i];
-      const uint64_t c = next + i;
-      s.key = ChunkKey{vid, shard, c};
-      s.length = dataset::ChunkLength(manifest, shard, c);
-      s.hash = dataset::ChunkHash(manifest, shard, c);
-      if ((s.chunk = dram_.Get(s.key))) {
-        s.tier = Tier::kDram;
-      } else if (store_ && (s.chunk = store_->Pending(s.key))) {
-        s.tier = Tier::kDram;
-      } else if (store_) {
-        nvme_reqs.push_back(NvmeLookup{s.key, s.length, s.hash});
-        nvme_slots.push_back(i);
-      }
-    }
-    if (!nvme_reqs.empty()) {
-      // One io_uring batch for every NVMe hit in the window.
-      auto got = store_->Lookup(nvme_reqs);
-      for (size_t k = 0; k < got.size(); ++k) {
-        if (!got[k]) continue;
-        Slot& s = slots[nvme_slots[k]];
-        s.chunk = std::move(got[k]);
-        s.tier = Tier::kNvme;
-        dram_.Put(s.key, s.chunk);
-      }
-    }
-
+    std::vector<Slot> slots = LookUp(dataset, shard, next, window_end);
     bool restart = false;
     for (size_t i = 0; i < slots.size() && !restart;) {
       Slot& s = slots[i];
@@ -259,59 +322,11 @@ Status CachedSource::ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint6
         s.tier = tier;
         continue;
       }
-      // Extend the run over following misses we can lead too.
-      std::vector<upstream::SingleFlight<ChunkKey, Result<ChunkPtr>, ChunkKeyHash>::Flight> run;
+      // Extend the run over following misses we can lead too, and fetch it.
+      std::vector<Flight> run;
       run.push_back(std::move(ticket));
-      size_t j = i + 1;
-      while (j < slots.size() && !slots[j].chunk) {
-        auto t = flights_.Join(slots[j].key);
-        if (!t.leader()) break;  // someone else fetches it; we will follow when we get there
-        // Like the first chunk, this one may have landed since the lookup: then the run ends
-        // here and the chunk is delivered from memory, not fetched a second time.
-        if (ChunkPtr c = FindCached(slots[j].key, slots[j].length, slots[j].hash, &slots[j].tier)) {
-          t.Publish(Result<ChunkPtr>(c));
-          slots[j].chunk = std::move(c);
-          break;
-        }
-        run.push_back(std::move(t));
-        ++j;
-      }
-      const uint64_t run_first = next + i;
-      size_t delivered = 0;
-      Status sink_status;
-      upstream_calls_.fetch_add(1, std::memory_order_relaxed);
-      Status up = upstream_->ReadChunks(
-          dataset, shard, run_first, run.size(), options, [&](uint64_t c, const ChunkPtr& chunk) -> Status {
-            const size_t k = static_cast<size_t>(c - run_first);
-            if (c < run_first || k != delivered || k >= run.size() || !chunk) {
-              return Internal("upstream delivered chunk " + std::to_string(c) + " out of order (expected " +
-                              std::to_string(run_first + delivered) + ")");
-            }
-            Slot& slot = slots[i + k];
-            // End-to-end: never trust what arrived, even from a verifying upstream.
-            if (chunk->bytes.size() != slot.length ||
-                HashBytes(chunk->bytes.data(), chunk->bytes.size()) != slot.hash) {
-              return DataLoss("upstream chunk " + slot.key.ToString() + " does not match its manifest hash");
-            }
-            dram_.Put(slot.key, chunk);
-            if (store_) store_->Insert(slot.key, chunk, options.deadline);
-            run[k].Publish(Result<ChunkPtr>(chunk));
-            fetched_.fetch_add(1, std::memory_order_relaxed);
-            CacheMetrics::Get().upstream_fetches->Add();
-            ++delivered;
-            Account(Tier::kUpstream, chunk->bytes.size());
-            if (demand) plan_.OnDemandRead(slot.key);
-            sink_status = sink(c, chunk);
-            return sink_status;
-          });
-      if (!sink_status.ok()) return sink_status;
-      if (!up.ok() || delivered != run.size()) {
-        Status err = up.ok() ? Internal("upstream ended the range after " + std::to_string(delivered) + " of " +
-                                        std::to_string(run.size()) + " chunks")
-                             : up;
-        for (size_t k = delivered; k < run.size(); ++k) run[k].Publish(Result<ChunkPtr>(err));
-        return err;
-      }
+      const size_t j = ExtendRun(slots, i, &run);
+      SC_RETURN_IF_ERROR(FetchRun(dataset, shard, next + i, &slots[i], run, options, sink));
       i = j;
     }
     if (!restart) next = window_end;

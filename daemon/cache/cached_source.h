@@ -120,6 +120,18 @@ class CachedSource final : public ChunkSource {
   // Some tier holds the chunk (no LRU refresh, no I/O).
   bool Held(const ChunkKey& key) const;
   void Account(Tier tier, uint64_t bytes);
+  using Flight = upstream::SingleFlight<ChunkKey, Result<ChunkPtr>, ChunkKeyHash>::Flight;
+  struct Slot;
+  // Chunks [from, to) of a shard as the tiers hold them (DRAM, write queue, NVMe in one
+  // io_uring batch); a slot without a chunk is a miss.
+  std::vector<Slot> LookUp(const DatasetPtr& dataset, uint32_t shard, uint64_t from, uint64_t to);
+  // Extends the run of misses led by this caller (run->front() is slot i's flight) over the
+  // following slots it can lead too; returns the slot after the run.
+  size_t ExtendRun(std::vector<Slot>& slots, size_t i, std::vector<Flight>* run);
+  // Fetches the run (chunks from run_first, slots run_slots[0..run.size())) from upstream,
+  // verifying, storing, publishing to the run's followers and delivering each to `sink`.
+  Status FetchRun(const DatasetPtr& dataset, uint32_t shard, uint64_t run_first, Slot* run_slots,
+                  std::vector<Flight>& run, const ReadOptions& options, const ChunkSink& sink);
   void RememberVersion(const std::string& name, const std::string& version);
 
   const CacheOptions options_;

@@ -67,7 +67,7 @@ constexpr uint32_t kSegmentSealed = 1;
 struct EntryRecord {
   uint8_t format = 1;
   uint8_t reserved0[3] = {0, 0, 0};
-  uint32_t length = 0;          // chunk bytes (extent on disk: NvmeStore::ExtentBytes)
+  uint32_t length = 0;          // chunk bytes (extent on disk: ExtentBytes in extent.h)
   uint64_t version_high = 0;
   uint64_t version_low = 0;
   uint32_t shard = 0;

@@ -58,6 +58,25 @@ struct Progress {
   bool finished = false;
 };
 
+// Applies one completion of p's read with result `res`; false when p needs another SQE (an
+// interrupted or short read continues at its remainder).
+bool Complete(Progress& p, int res) {
+  if (res == -EAGAIN || res == -EINTR) return false;
+  auto what = [&] { return p.req->path ? *p.req->path : std::string("segment"); };
+  if (res < 0) {
+    p.req->status = ErrnoStatus(-res, "read " + what() + " at offset " + std::to_string(p.req->offset + p.done));
+  } else if (res == 0) {
+    p.req->status = OutOfRange(what() + ": end of file at offset " + std::to_string(p.req->offset + p.done) +
+                               ", wanted " + std::to_string(p.req->length - p.done) + " more bytes");
+  } else {
+    p.done += static_cast<size_t>(res);
+    if (p.done < p.req->length) return false;
+    p.req->status = Status::Ok();
+  }
+  p.finished = true;
+  return true;
+}
+
 }  // namespace
 
 bool IoReader::UsingIoUring(bool use_io_uring) { return use_io_uring && Ring().ok(); }
@@ -119,27 +138,7 @@ Status IoReader::ReadBatch(std::span<ReadRequest> requests, bool use_io_uring) {
       --inflight;
       const size_t i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
       Progress& p = progress[i];
-      const int res = cqe->res;
-      if (res == -EAGAIN || res == -EINTR) {
-        resubmit.push_back(i);
-      } else if (res < 0) {
-        p.req->status = ErrnoStatus(-res, "read " + (p.req->path ? *p.req->path : std::string("segment")) +
-                                              " at offset " + std::to_string(p.req->offset + p.done));
-        p.finished = true;
-      } else if (res == 0) {
-        p.req->status = OutOfRange((p.req->path ? *p.req->path : std::string("segment")) +
-                                   ": end of file at offset " + std::to_string(p.req->offset + p.done) +
-                                   ", wanted " + std::to_string(p.req->length - p.done) + " more bytes");
-        p.finished = true;
-      } else {
-        p.done += static_cast<size_t>(res);
-        if (p.done >= p.req->length) {
-          p.req->status = Status::Ok();
-          p.finished = true;
-        } else {
-          resubmit.push_back(i);  // short read: continue at the remainder
-        }
-      }
+      if (!Complete(p, cqe->res)) resubmit.push_back(i);
     }
     io_uring_cq_advance(ring, seen);
   }

@@ -33,26 +33,6 @@ constexpr uint64_t kIndexGrowthBytes = 8ull << 20;
 constexpr size_t kMaxBatchItems = 256;
 constexpr uint64_t kMaxBatchBytes = 16ull << 20;
 
-// Bytes of a chunk's block table on disk (one xxh3-64 per kVerifyBlockBytes, padded). A chunk
-// of one block has none: any piece of it is read whole and checked against the manifest hash.
-uint64_t TableBytes(uint64_t length) {
-  if (length <= kVerifyBlockBytes) return 0;
-  const uint64_t blocks = (length + kVerifyBlockBytes - 1) / kVerifyBlockBytes;
-  return AlignUp(blocks * sizeof(uint64_t), kDirectIoAlign);
-}
-
-// The block table of `length` bytes at `data`, padded with zeros to TableBytes(length).
-AlignedBuffer BlockTable(const uint8_t* data, uint64_t length) {
-  if (TableBytes(length) == 0) return AlignedBuffer();
-  AlignedBuffer table(TableBytes(length));
-  std::memset(table.data(), 0, table.size());
-  auto* hashes = reinterpret_cast<uint64_t*>(table.data());
-  for (uint64_t off = 0, b = 0; off < length; off += kVerifyBlockBytes, ++b) {
-    hashes[b] = HashBytes64(data + off, std::min(kVerifyBlockBytes, length - off));
-  }
-  return table;
-}
-
 uint64_t NowUnixSeconds() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
@@ -60,10 +40,6 @@ uint64_t NowUnixSeconds() {
 }
 
 }  // namespace
-
-uint64_t NvmeStore::ExtentBytes(uint64_t length) {
-  return AlignUp(length, kDirectIoAlign) + TableBytes(length);
-}
 
 NvmeStore::NvmeStore(const CacheOptions& options, uint64_t configured_size_bytes, std::unique_ptr<IndexDb> db,
                      std::unique_ptr<DiskHealth> health, const AccessPlan* plan)
@@ -178,82 +154,80 @@ NvmeStore::~NvmeStore() {
 
 Status NvmeStore::Recover() {
   const auto t0 = Clock::now();
-  struct Rec {
-    SegmentRecord rec;
-    std::shared_ptr<SegmentFile> file;
-    bool good = false;
-  };
-  std::map<uint32_t, Rec> recs;
-  SC_RETURN_IF_ERROR(db_->ForEachSegment([&](uint32_t id, const SegmentRecord& r) { recs[id].rec = r; }));
-
+  std::map<uint32_t, SegmentRecord> records;
+  SC_RETURN_IF_ERROR(db_->ForEachSegment([&](uint32_t id, const SegmentRecord& r) { records[id] = r; }));
   // Segment files on disk: a readdir, not a scan of their contents.
   std::set<uint32_t> files;
-  uint32_t max_id = 0;
   if (DIR* d = opendir(options_.dir.c_str())) {
     while (dirent* e = readdir(d)) {
       uint32_t id;
-      if (SegmentFile::ParseName(e->d_name, &id)) {
-        files.insert(id);
-        max_id = std::max(max_id, id);
-      }
+      if (SegmentFile::ParseName(e->d_name, &id)) files.insert(id);
     }
     closedir(d);
   } else {
     return ErrnoStatus(errno, "listing cache directory " + options_.dir);
   }
+  uint32_t max_id = files.empty() ? 0 : *files.rbegin();
+  if (!records.empty()) max_id = std::max(max_id, records.rbegin()->first);
   for (uint32_t id : files) {
-    if (recs.count(id) == 0) {
+    if (records.count(id) == 0) {
       // Created but never committed (crash before the first group commit): nothing points in.
       ::unlink(SegmentFile::PathFor(options_.dir, id).c_str());
       ++recovery_.orphan_files;
     }
   }
-  std::vector<uint32_t> bad_segments;
-  for (auto& [id, r] : recs) {
-    max_id = std::max(max_id, id);
+  SC_RETURN_IF_ERROR(OpenRecordedSegments(records, files));
+  SC_RETURN_IF_ERROR(LoadEntries());
+  recovery_.segments = segments_.size();
+  next_segment_id_ = max_id + 1;
+  measured_index_bytes_ = db_->DiskBytes();
+  recovery_.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  spdlog::info("cache: recovered {} chunks in {} segments from {} in {:.3f} s ({} entries and {} segments dropped, {} orphan files removed)",
+               recovery_.entries, recovery_.segments, options_.dir, recovery_.seconds,
+               recovery_.dropped_entries, recovery_.dropped_segments, recovery_.orphan_files);
+  return Status::Ok();
+}
+
+Status NvmeStore::OpenRecordedSegments(const std::map<uint32_t, SegmentRecord>& records,
+                                       const std::set<uint32_t>& files) {
+  std::map<uint32_t, std::shared_ptr<SegmentFile>> opened;
+  for (const auto& [id, rec] : records) {
+    std::string problem;
     if (files.count(id) == 0) {
-      spdlog::warn("cache: segment {} is in the index but {} is missing; dropping its entries", id,
-                   SegmentFile::PathFor(options_.dir, id));
-      bad_segments.push_back(id);
+      problem = SegmentFile::PathFor(options_.dir, id) + " is missing";
+    } else if (auto file = SegmentFile::OpenExisting(options_.dir, id); !file.ok()) {
+      problem = file.status().ToString();
+    } else if ((*file)->size_bytes() < rec.durable_bytes) {
+      problem = (*file)->path() + " is " + std::to_string((*file)->size_bytes()) +
+                " bytes, shorter than its durable watermark " + std::to_string(rec.durable_bytes);
+    } else {
+      opened[id] = std::move(*file);
       continue;
     }
-    auto file = SegmentFile::OpenExisting(options_.dir, id);
-    if (!file.ok()) {
-      spdlog::warn("cache: dropping segment {}: {}", id, file.status().ToString());
-      bad_segments.push_back(id);
-      continue;
-    }
-    if ((*file)->size_bytes() < r.rec.durable_bytes) {
-      spdlog::warn("cache: {} is {} bytes, shorter than its durable watermark {}; dropping it",
-                   (*file)->path(), (*file)->size_bytes(), r.rec.durable_bytes);
-      bad_segments.push_back(id);
-      continue;
-    }
-    r.file = std::move(*file);
-    r.good = true;
-  }
-  for (uint32_t id : bad_segments) {
+    spdlog::warn("cache: dropping segment {} and its entries: {}", id, problem);
     SC_RETURN_IF_ERROR(db_->DropSegment(id));
     ::unlink(SegmentFile::PathFor(options_.dir, id).c_str());
-    recs.erase(id);
     ++recovery_.dropped_segments;
   }
-
   // Order segments by their persisted last access for LRU ticks.
   std::vector<std::pair<uint64_t, uint32_t>> order;
-  for (auto& [id, r] : recs) order.emplace_back(r.rec.last_access_s, id);
+  for (const auto& [id, file] : opened) order.emplace_back(records.at(id).last_access_s, id);
   std::sort(order.begin(), order.end());
-  for (auto& [when, id] : order) {
+  for (const auto& [when, id] : order) {
+    const SegmentRecord& rec = records.at(id);
     Segment seg;
-    seg.file = recs[id].file;
-    seg.write_offset = recs[id].rec.durable_bytes;
-    seg.durable_bytes = recs[id].rec.durable_bytes;
+    seg.file = opened[id];
+    seg.write_offset = rec.durable_bytes;
+    seg.durable_bytes = rec.durable_bytes;
     seg.sealed = true;
     seg.last_tick = ++tick_;
-    seg.record_dirty = (recs[id].rec.flags & kSegmentSealed) == 0;
+    seg.record_dirty = (rec.flags & kSegmentSealed) == 0;
     segments_.emplace(id, std::move(seg));
   }
+  return Status::Ok();
+}
 
+Status NvmeStore::LoadEntries() {
   std::vector<EntryLocation> drop;
   const auto t_entries = Clock::now();
   uint64_t duplicates = 0;
@@ -292,13 +266,6 @@ Status NvmeStore::Recover() {
     SC_RETURN_IF_ERROR(db_->DropEntries(drop));
   }
   recovery_.dropped_entries = drop.size();
-  recovery_.segments = segments_.size();
-  next_segment_id_ = max_id + 1;
-  measured_index_bytes_ = db_->DiskBytes();
-  recovery_.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  spdlog::info("cache: recovered {} chunks in {} segments from {} in {:.3f} s ({} entries and {} segments dropped, {} orphan files removed)",
-               recovery_.entries, recovery_.segments, options_.dir, recovery_.seconds,
-               recovery_.dropped_entries, recovery_.dropped_segments, recovery_.orphan_files);
   return Status::Ok();
 }
 
@@ -381,75 +348,60 @@ std::vector<ChunkPtr> NvmeStore::Lookup(std::span<const NvmeLookup> requests) {
   return out;
 }
 
+// One piece ReadPieces found in the index: its read plan and buffers.
+struct NvmeStore::PieceJob {
+  size_t index;  // in the caller's pieces
+  uint64_t fp;
+  Loc loc;
+  std::shared_ptr<SegmentFile> file;
+  PieceRead plan;
+  AlignedBuffer bounce;  // the data when !plan.direct
+  AlignedBuffer table;   // table pages of the blocks read (partial reads)
+};
+
+std::vector<NvmeStore::PieceJob> NvmeStore::FindPieces(std::span<const NvmePiece> pieces, std::vector<bool>* hit) {
+  std::vector<PieceJob> jobs;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const NvmePiece& p = pieces[i];
+    if (p.length == 0) {
+      (*hit)[i] = true;
+      continue;
+    }
+    if (p.offset > p.chunk_length || p.length > p.chunk_length - p.offset) continue;  // caller's bug
+    const uint64_t fp = Fingerprint(pieces[i].key);
+    auto found = TouchLocked(fp);
+    if (!found) continue;
+    PieceJob j;
+    j.index = i;
+    j.fp = fp;
+    j.loc = found->first;
+    j.file = std::move(found->second);
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
 std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
   const auto& m = CacheMetrics::Get();
   std::vector<bool> hit(pieces.size(), false);
-  struct Job {
-    size_t index;
-    uint64_t fp;
-    Loc loc;
-    std::shared_ptr<SegmentFile> file;
-    bool whole = false;      // the whole chunk: verified against the manifest hash
-    bool direct = false;     // the data lands in the piece's dest itself
-    uint64_t b0 = 0, b1 = 0; // blocks covered (partial pieces)
-    uint64_t data_off = 0;   // read start within the chunk (block or 4 KiB aligned)
-    uint64_t data_len = 0;   // read length (4 KiB multiple)
-    uint64_t table_off = 0;  // read start within the block table (4 KiB aligned)
-    AlignedBuffer bounce;    // the data when !direct
-    AlignedBuffer table;     // table pages of blocks [b0, b1)
-  };
-  std::vector<Job> jobs;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const NvmePiece& p = pieces[i];
-      if (p.length == 0) {
-        hit[i] = true;
-        continue;
-      }
-      if (p.offset > p.chunk_length || p.length > p.chunk_length - p.offset) continue;  // caller's bug
-      const uint64_t fp = Fingerprint(pieces[i].key);
-      auto found = TouchLocked(fp);
-      if (!found) continue;
-      Job j;
-      j.index = i;
-      j.fp = fp;
-      j.loc = found->first;
-      j.file = std::move(found->second);
-      jobs.push_back(std::move(j));
-    }
-  }
+  std::vector<PieceJob> jobs = FindPieces(pieces, &hit);
   std::vector<ReadRequest> reads;
   reads.reserve(2 * jobs.size());
-  for (Job& j : jobs) {
+  for (PieceJob& j : jobs) {
     const NvmePiece& p = pieces[j.index];
-    const uint64_t padded = AlignUp(j.loc.length, kDirectIoAlign);
-    // A stored length that differs from the manifest's is read whole and fails the length check.
-    j.whole = (p.offset == 0 && p.length == j.loc.length) || j.loc.length != p.chunk_length ||
-              TableBytes(j.loc.length) == 0;
-    if (j.whole) {
-      j.data_len = padded;
-    } else {
-      j.b0 = p.offset / kVerifyBlockBytes;
-      j.b1 = (p.offset + p.length + kVerifyBlockBytes - 1) / kVerifyBlockBytes;
-      j.data_off = j.b0 * kVerifyBlockBytes;
-      j.data_len = std::min(j.b1 * kVerifyBlockBytes, padded) - j.data_off;
-    }
-    j.direct = reinterpret_cast<uintptr_t>(p.dest) % kDirectIoAlign == 0 && p.offset == j.data_off &&
-               p.length == j.data_len;
+    j.plan = PlanPieceRead(p.offset, p.length, p.chunk_length, j.loc.length, p.dest);
     uint8_t* target = p.dest;
-    if (!j.direct) {
-      j.bounce = AlignedBuffer(j.data_len);
+    if (!j.plan.direct) {
+      j.bounce = AlignedBuffer(j.plan.data_len);
       target = j.bounce.data();
     }
-    reads.push_back(ReadRequest{j.file->fd(), j.loc.offset + j.data_off, target, j.data_len,
+    reads.push_back(ReadRequest{j.file->fd(), j.loc.offset + j.plan.data_off, target, j.plan.data_len,
                                 &j.file->path(), Status()});
-    if (!j.whole) {
-      j.table_off = AlignDown(j.b0 * sizeof(uint64_t), kDirectIoAlign);
-      const uint64_t table_end = AlignUp(j.b1 * sizeof(uint64_t), kDirectIoAlign);
-      j.table = AlignedBuffer(table_end - j.table_off);
-      reads.push_back(ReadRequest{j.file->fd(), j.loc.offset + padded + j.table_off, j.table.data(),
-                                  j.table.size(), &j.file->path(), Status()});
+    if (!j.plan.whole) {
+      j.table = AlignedBuffer(j.plan.table_len);
+      reads.push_back(ReadRequest{j.file->fd(), j.loc.offset + AlignUp(j.loc.length, kDirectIoAlign) + j.plan.table_off,
+                                  j.table.data(), j.table.size(), &j.file->path(), Status()});
     }
   }
   size_t hits = 0;
@@ -458,10 +410,10 @@ std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
     Status batch = IoReader::ReadBatch(reads, options_.use_io_uring);
     m.nvme_read_seconds->Observe(std::chrono::duration<double>(Clock::now() - t0).count());
     size_t r = 0;
-    for (Job& j : jobs) {
+    for (PieceJob& j : jobs) {
       const NvmePiece& p = pieces[j.index];
       Status io = batch.ok() ? reads[r++].status : batch;
-      if (!j.whole) {
+      if (!j.plan.whole) {
         const Status& t = reads[r++].status;
         if (io.ok() && !t.ok()) io = t;
       }
@@ -470,24 +422,8 @@ std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
         DropEntry(j.fp, j.loc);
         continue;
       }
-      const uint8_t* data = j.direct ? p.dest : j.bounce.data();
-      std::string bad;
-      if (j.loc.length != p.chunk_length) {
-        bad = "stored length " + std::to_string(j.loc.length) + ", manifest says " +
-              std::to_string(p.chunk_length);
-      } else if (j.whole) {
-        const Hash128 got = HashBytes(data, j.loc.length);
-        if (got != p.chunk_hash) bad = "hash " + got.ToHex() + ", manifest says " + p.chunk_hash.ToHex();
-      } else {
-        const auto* table = reinterpret_cast<const uint64_t*>(j.table.data());
-        for (uint64_t b = j.b0; b < j.b1 && bad.empty(); ++b) {
-          const uint64_t start = b * kVerifyBlockBytes;
-          const uint64_t n = std::min(kVerifyBlockBytes, uint64_t{j.loc.length} - start);
-          if (HashBytes64(data + (start - j.data_off), n) != table[b - j.table_off / sizeof(uint64_t)]) {
-            bad = "block " + std::to_string(b) + " does not match its checksum";
-          }
-        }
-      }
+      const uint8_t* data = j.plan.direct ? p.dest : j.bounce.data();
+      const std::string bad = VerifyPiece(j.plan, data, j.table.data(), j.loc.length, p.chunk_length, p.chunk_hash);
       if (!bad.empty()) {
         // Several pieces of one corrupt chunk in one call: the chunk is counted and logged once.
         if (DropEntry(j.fp, j.loc)) {
@@ -499,7 +435,7 @@ std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
         }
         continue;
       }
-      if (!j.direct) std::memcpy(p.dest, data + (p.offset - j.data_off), p.length);
+      if (!j.plan.direct) std::memcpy(p.dest, data + (p.offset - j.plan.data_off), p.length);
       hit[j.index] = true;
       ++hits;
     }
@@ -701,13 +637,55 @@ void NvmeStore::DropFiles(const std::vector<std::shared_ptr<SegmentFile>>& files
   }
 }
 
+uint64_t NvmeStore::AllocatedBytes(size_t segments, uint64_t measured_index_bytes) const {
+  return segments * options_.segment_bytes + IndexAllowance(measured_index_bytes) + kDirOverheadBytes;
+}
+
+NvmeStore::Room NvmeStore::MakeRoomLocked(uint64_t measured, int64_t headroom, uint64_t fp,
+                                          std::vector<std::shared_ptr<SegmentFile>>* victims) {
+  int64_t freed = 0;
+  while (true) {
+    const bool over_budget = AllocatedBytes(segments_.size() + 1, measured) > size_bytes_;
+    const bool over_floor = headroom + freed < static_cast<int64_t>(options_.segment_bytes);
+    if (!over_budget && !over_floor) return Room::kMade;
+    // Over the budget the policy may decline the chunk; short of disk space it must give a
+    // segment back (forced), and with none left the chunk passes through.
+    std::optional<uint32_t> victim = PickVictimLocked(over_budget ? std::optional<uint64_t>(fp) : std::nullopt);
+    if (!victim) return over_budget ? Room::kDeclined : Room::kDiskFull;
+    victims->push_back(EvictLocked(*victim));
+    freed += static_cast<int64_t>(options_.segment_bytes);
+  }
+}
+
+Result<std::shared_ptr<SegmentFile>> NvmeStore::CreateSegment(uint32_t id) {
+  auto file = SegmentFile::Create(options_.dir, id, options_.segment_bytes);
+  if (!file.ok() && file.status().code() == StatusCode::kResourceExhausted) {
+    // Disk full from outside: give one segment back and try once more.
+    std::shared_ptr<SegmentFile> victim;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto v = PickVictimLocked(std::nullopt)) victim = EvictLocked(*v);
+    }
+    if (victim) {
+      DropFiles({victim});
+      file = SegmentFile::Create(options_.dir, id, options_.segment_bytes);
+    }
+  }
+  return file;
+}
+
+void NvmeStore::PassThroughNoSpace(const std::string& what) {
+  enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
+  CacheMetrics::Get().enospc_passthrough->Add();
+  health_->ReportNoSpace(what);
+}
+
 bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
   const uint64_t measured = db_->DiskBytes();
   const int64_t headroom = HeadroomAboveFloor(options_);
   std::vector<std::shared_ptr<SegmentFile>> victims;
   uint32_t id = 0;
-  bool declined = false;
-  bool disk_full = false;
+  Room room;
   {
     std::lock_guard<std::mutex> lock(mu_);
     measured_index_bytes_ = measured;
@@ -723,57 +701,24 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
       CacheMetrics::Get().enospc_passthrough->Add();
       return false;
     }
-    int64_t freed = 0;
-    while (true) {
-      const uint64_t allowance = IndexAllowance(measured);
-      const uint64_t need = (segments_.size() + 1) * options_.segment_bytes + allowance + kDirOverheadBytes;
-      const bool over_budget = need > size_bytes_;
-      const bool over_floor = headroom + freed < static_cast<int64_t>(options_.segment_bytes);
-      if (!over_budget && !over_floor) break;
-      // Over the budget the policy may decline the chunk; short of disk space it must give a
-      // segment back (forced), and with none left the chunk passes through.
-      std::optional<uint32_t> victim = PickVictimLocked(over_budget ? std::optional<uint64_t>(fp) : std::nullopt);
-      if (!victim) {
-        declined = true;
-        disk_full = !over_budget;
-        break;
-      }
-      victims.push_back(EvictLocked(*victim));
-      freed += static_cast<int64_t>(options_.segment_bytes);
-    }
-    if (!declined) id = next_segment_id_++;
+    room = MakeRoomLocked(measured, headroom, fp, &victims);
+    if (room == Room::kMade) id = next_segment_id_++;
   }
   DropFiles(victims);
-  if (declined && disk_full) {
-    enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
-    CacheMetrics::Get().enospc_passthrough->Add();
-    health_->ReportNoSpace("a new " + FormatBytes(options_.segment_bytes) + " segment");
+  if (room == Room::kDiskFull) {
+    PassThroughNoSpace("a new " + FormatBytes(options_.segment_bytes) + " segment");
     enospc_backoff_until_ = Clock::now() + std::chrono::seconds(1);
     return false;
   }
-  if (declined) {
+  if (room == Room::kDeclined) {
     admission_declined_.fetch_add(1, std::memory_order_relaxed);
     CacheMetrics::Get().admission_declined->Add();
     return false;
   }
-  auto file = SegmentFile::Create(options_.dir, id, options_.segment_bytes);
-  if (!file.ok() && file.status().code() == StatusCode::kResourceExhausted) {
-    // Disk full from outside: give one segment back and try once more.
-    std::shared_ptr<SegmentFile> victim;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (auto v = PickVictimLocked(std::nullopt)) victim = EvictLocked(*v);
-    }
-    if (victim) {
-      DropFiles({victim});
-      file = SegmentFile::Create(options_.dir, id, options_.segment_bytes);
-    }
-  }
+  auto file = CreateSegment(id);
   if (!file.ok()) {
     if (file.status().code() == StatusCode::kResourceExhausted) {
-      enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
-      CacheMetrics::Get().enospc_passthrough->Add();
-      health_->ReportNoSpace(file.status().message());
+      PassThroughNoSpace(file.status().message());
     } else {
       health_->ReportIoError(file.status());
     }
@@ -791,91 +736,100 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
   return true;
 }
 
+// Chunks planned back to back in one segment file from items[0].offset.
+struct NvmeStore::Planned {
+  const QueueItem* item;
+  uint64_t fp;
+  uint64_t length;
+  uint64_t extent;
+  uint64_t offset;
+  AlignedBuffer table;  // block table, written right after the padded chunk bytes
+};
+struct NvmeStore::Group {
+  std::vector<Planned> items;
+  std::shared_ptr<SegmentFile> file;
+  uint32_t segment = 0;
+};
+
+Status NvmeStore::WriteExtents(const Group& g) {
+  // One pwritev per IOV_MAX iovecs, cut at chunk boundaries (a chunk is its data, then its
+  // block table when it has one).
+  Status w = Status::Ok();
+  std::vector<struct iovec> iov;
+  iov.reserve(2 * g.items.size());
+  size_t first_in_write = 0;
+  for (size_t k = 0; k <= g.items.size() && w.ok(); ++k) {
+    const size_t need = k < g.items.size() ? (g.items[k].table.size() ? 2 : 1) : 0;
+    if (k == g.items.size() || iov.size() + need > IOV_MAX) {
+      w = g.file->WriteV(iov.data(), static_cast<int>(iov.size()), g.items[first_in_write].offset);
+      iov.clear();
+      first_in_write = k;
+      if (k == g.items.size()) break;
+    }
+    const auto& p = g.items[k];
+    // AlignedBuffer capacity is rounded up to 4 KiB, so the padded chunk is readable; the
+    // pad bytes are never served (reads stop at the chunk length).
+    iov.push_back({const_cast<uint8_t*>(p.item->chunk->bytes.data()), AlignUp(p.length, kDirectIoAlign)});
+    if (p.table.size()) iov.push_back({const_cast<uint8_t*>(p.table.data()), p.table.size()});
+  }
+  return w;
+}
+
+void NvmeStore::WriteGroup(Group& g) {
+  if (g.items.empty()) return;
+  const Status w = WriteExtents(g);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = segments_.find(g.segment);
+  if (!w.ok()) {
+    if (it != segments_.end()) {
+      it->second.sealed = true;  // never write behind a failed extent
+      it->second.write_offset = g.items[0].offset;
+      if (open_segment_ == g.segment) open_segment_ = 0;
+    }
+    if (w.code() == StatusCode::kResourceExhausted) {
+      enospc_passthrough_.fetch_add(g.items.size(), std::memory_order_relaxed);
+      CacheMetrics::Get().enospc_passthrough->Add(g.items.size());
+      health_->ReportNoSpace("writing " + std::to_string(g.items.size()) + " chunks to " + g.file->path());
+    } else {
+      health_->ReportIoError(w.WithContext("storing " + std::to_string(g.items.size()) + " chunks"));
+    }
+    g.items.clear();
+    return;
+  }
+  uint64_t bytes = 0;
+  for (const auto& p : g.items) bytes += p.extent;
+  written_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  CacheMetrics::Get().written_bytes->Add(bytes);
+  if (it == segments_.end()) {  // evicted meanwhile (budget shrunk to nothing)
+    g.items.clear();
+    return;
+  }
+  for (const auto& p : g.items) {
+    const QueueItem& item = *p.item;
+    EntryRecord rec;
+    rec.length = static_cast<uint32_t>(p.length);
+    rec.version_high = item.key.version.high;
+    rec.version_low = item.key.version.low;
+    rec.shard = item.key.shard;
+    rec.chunk = item.key.chunk;
+    rec.hash_high = item.chunk->hash.high;
+    rec.hash_low = item.chunk->hash.low;
+    const Loc loc{g.segment, static_cast<uint32_t>(p.length), p.offset};
+    auto [pos, inserted] = index_.try_emplace(p.fp, loc);
+    if (!inserted) {
+      RemoveFingerprintLocked(p.fp, pos->second.segment);
+      pos->second = loc;
+    }
+    it->second.fingerprints.push_back(p.fp);
+    uncommitted_.push_back(EntryPut{g.segment, p.offset, rec});
+    uncommitted_bytes_ += p.extent;
+  }
+  it->second.last_tick = ++tick_;
+  g.items.clear();
+}
+
 void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
-  struct Planned {
-    const QueueItem* item;
-    uint64_t fp;
-    uint64_t length;
-    uint64_t extent;
-    uint64_t offset;
-    AlignedBuffer table;  // block table, written right after the padded chunk bytes
-  };
-  std::vector<Planned> group;        // back to back in `group_file` from group[0].offset
-  std::shared_ptr<SegmentFile> group_file;
-  uint32_t group_segment = 0;
-
-  auto flush_group = [&] {
-    if (group.empty()) return;
-    // One pwritev per IOV_MAX iovecs, cut at chunk boundaries (a chunk is its data, then its
-    // block table when it has one).
-    Status w = Status::Ok();
-    std::vector<struct iovec> iov;
-    iov.reserve(2 * group.size());
-    size_t first_in_write = 0;
-    for (size_t k = 0; k <= group.size() && w.ok(); ++k) {
-      const size_t need = k < group.size() ? (group[k].table.size() ? 2 : 1) : 0;
-      if (k == group.size() || iov.size() + need > IOV_MAX) {
-        w = group_file->WriteV(iov.data(), static_cast<int>(iov.size()), group[first_in_write].offset);
-        iov.clear();
-        first_in_write = k;
-        if (k == group.size()) break;
-      }
-      const auto& p = group[k];
-      // AlignedBuffer capacity is rounded up to 4 KiB, so the padded chunk is readable; the
-      // pad bytes are never served (reads stop at the chunk length).
-      iov.push_back({const_cast<uint8_t*>(p.item->chunk->bytes.data()), AlignUp(p.length, kDirectIoAlign)});
-      if (p.table.size()) iov.push_back({const_cast<uint8_t*>(p.table.data()), p.table.size()});
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = segments_.find(group_segment);
-    if (!w.ok()) {
-      if (it != segments_.end()) {
-        it->second.sealed = true;  // never write behind a failed extent
-        it->second.write_offset = group[0].offset;
-        if (open_segment_ == group_segment) open_segment_ = 0;
-      }
-      if (w.code() == StatusCode::kResourceExhausted) {
-        enospc_passthrough_.fetch_add(group.size(), std::memory_order_relaxed);
-        CacheMetrics::Get().enospc_passthrough->Add(group.size());
-        health_->ReportNoSpace("writing " + std::to_string(group.size()) + " chunks to " + group_file->path());
-      } else {
-        health_->ReportIoError(w.WithContext("storing " + std::to_string(group.size()) + " chunks"));
-      }
-      group.clear();
-      return;
-    }
-    uint64_t bytes = 0;
-    for (const auto& p : group) bytes += p.extent;
-    written_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-    CacheMetrics::Get().written_bytes->Add(bytes);
-    if (it == segments_.end()) {  // evicted meanwhile (budget shrunk to nothing)
-      group.clear();
-      return;
-    }
-    for (const auto& p : group) {
-      const QueueItem& item = *p.item;
-      EntryRecord rec;
-      rec.length = static_cast<uint32_t>(p.length);
-      rec.version_high = item.key.version.high;
-      rec.version_low = item.key.version.low;
-      rec.shard = item.key.shard;
-      rec.chunk = item.key.chunk;
-      rec.hash_high = item.chunk->hash.high;
-      rec.hash_low = item.chunk->hash.low;
-      const Loc loc{group_segment, static_cast<uint32_t>(p.length), p.offset};
-      auto [pos, inserted] = index_.try_emplace(p.fp, loc);
-      if (!inserted) {
-        RemoveFingerprintLocked(p.fp, pos->second.segment);
-        pos->second = loc;
-      }
-      it->second.fingerprints.push_back(p.fp);
-      uncommitted_.push_back(EntryPut{group_segment, p.offset, rec});
-      uncommitted_bytes_ += p.extent;
-    }
-    it->second.last_tick = ++tick_;
-    group.clear();
-  };
-
+  Group g;
   for (const QueueItem& item : items) {
     const uint64_t length = item.chunk->bytes.size();
     const uint64_t extent = ExtentBytes(length);
@@ -895,33 +849,32 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (index_.count(fp)) continue;
-      if (open_segment_ != 0 && open_segment_ == group_segment) {
+      if (open_segment_ != 0 && open_segment_ == g.segment) {
         fits = segments_[open_segment_].write_offset + extent <= options_.segment_bytes;
       }
     }
     if (!fits) {
       // Write what we have before the open segment may be sealed and victims chosen.
-      flush_group();
+      WriteGroup(g);
       if (!EnsureOpenSegment(extent, fp)) continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (open_segment_ == 0) continue;
-    const bool at_budget = (segments_.size() + 1) * options_.segment_bytes + IndexAllowance(measured_index_bytes_) +
-                               kDirOverheadBytes > size_bytes_;
+    const bool at_budget = AllocatedBytes(segments_.size() + 1, measured_index_bytes_) > size_bytes_;
     if (at_budget && !policy_->AdmitIntoFreedSpace(fp)) {
       admission_declined_.fetch_add(1, std::memory_order_relaxed);
       CacheMetrics::Get().admission_declined->Add();
       continue;
     }
     auto& s = segments_[open_segment_];
-    if (open_segment_ != group_segment) {
-      group_segment = open_segment_;
-      group_file = s.file;
+    if (open_segment_ != g.segment) {
+      g.segment = open_segment_;
+      g.file = s.file;
     }
-    group.push_back(Planned{&item, fp, length, extent, s.write_offset, std::move(table)});
+    g.items.push_back(Planned{&item, fp, length, extent, s.write_offset, std::move(table)});
     s.write_offset += extent;
   }
-  flush_group();
+  WriteGroup(g);
 }
 
 void NvmeStore::Commit() {
@@ -983,8 +936,7 @@ void NvmeStore::EnforceLimits() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       measured_index_bytes_ = measured;
-      const uint64_t used = segments_.size() * options_.segment_bytes + IndexAllowance(measured) + kDirOverheadBytes;
-      if (used <= size_bytes_ && headroom >= 0) break;
+      if (AllocatedBytes(segments_.size(), measured) <= size_bytes_ && headroom >= 0) break;
       auto v = PickVictimLocked(std::nullopt);
       if (!v) {
         // Only the open segment is left: seal and drop it too when over.

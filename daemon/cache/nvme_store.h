@@ -3,12 +3,9 @@
 // eviction by a pluggable policy (eviction_policy.h), reads with io_uring + O_DIRECT
 // (io_reader.h), every read verified.
 //
-// On-disk extent of one chunk (index format 2): the chunk bytes padded to 4 KiB, then a block
-// table — xxh3-64 of each kVerifyBlockBytes block of the chunk, padded to 4 KiB (chunks of one
-// block have none: any piece of them is read whole against the manifest hash). The table is
-// computed by the writer from the chunk it was handed, which was verified against the manifest
-// hash on arrival. It makes sub-chunk reads cheap and still verified: a trainer that wants one
-// 64 KiB sample of a 4 MiB chunk reads the covering block(s) and one table page, not 4 MiB.
+// On-disk extent of one chunk (index format 2; extent.h): the chunk bytes padded to 4 KiB, then
+// a block table of xxh3-64 per kVerifyBlockBytes block. The table is computed by the writer
+// from the chunk it was handed, which was verified against the manifest hash on arrival.
 //   * whole-chunk reads (Lookup, and ReadPieces of a whole chunk) are verified against the
 //     manifest's xxh3-128;
 //   * partial reads (ReadPieces) are verified block by block against the table.
@@ -63,6 +60,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -75,6 +73,7 @@
 #include "daemon/cache/chunk_key.h"
 #include "daemon/cache/disk_health.h"
 #include "daemon/cache/eviction_policy.h"
+#include "daemon/cache/extent.h"
 #include "daemon/cache/index_db.h"
 #include "daemon/cache/segment_file.h"
 #include "daemon/source/chunk_source.h"
@@ -86,9 +85,6 @@ struct NvmeLookup {
   uint64_t length = 0;   // expected chunk length (manifest)
   Hash128 hash;          // expected hash (manifest)
 };
-
-// Size of the blocks the node checksums inside each stored chunk (see the block table above).
-constexpr uint64_t kVerifyBlockBytes = 64 << 10;
 
 // Bytes [offset, offset + length) of a stored chunk, to be copied to `dest` (ReadPieces).
 struct NvmePiece {
@@ -154,9 +150,6 @@ class NvmeStore {
   std::vector<bool> ReadPieces(std::span<const NvmePiece> pieces);
   // True when the chunk has an index entry (no I/O, not verified).
   bool Contains(const ChunkKey& key) const;
-  // Bytes one chunk of `length` bytes occupies in a segment: data and block table (none for a
-  // chunk of one block), each padded to 4 KiB.
-  static uint64_t ExtentBytes(uint64_t length);
   // A chunk still waiting in the write queue, or nullptr.
   ChunkPtr Pending(const ChunkKey& key) const;
 
@@ -207,7 +200,14 @@ class NvmeStore {
 
   NvmeStore(const CacheOptions& options, uint64_t configured_size_bytes, std::unique_ptr<IndexDb> db,
             std::unique_ptr<DiskHealth> health, const AccessPlan* plan);
+  // Start-up: removes orphan segment files, opens the recorded segments, loads the index.
   Status Recover();
+  // Opens each recorded segment (dropping one whose file is missing, unreadable or shorter
+  // than its durable watermark, with its entries) into segments_, ordered by last access.
+  Status OpenRecordedSegments(const std::map<uint32_t, SegmentRecord>& records, const std::set<uint32_t>& files);
+  // Loads the index entries into index_, dropping those that point past a durable watermark
+  // or into a missing segment.
+  Status LoadEntries();
   static Result<std::unique_ptr<NvmeStore>> OpenIndexAndRecover(const CacheOptions& options,
                                                                 uint64_t configured_size_bytes,
                                                                 const AccessPlan* plan);
@@ -218,6 +218,24 @@ class NvmeStore {
   // Makes sure a segment with room for `extent` bytes is open. Returns false when the chunk
   // is not to be stored (declined, disk full). Takes and releases mu_ itself.
   bool EnsureOpenSegment(uint64_t extent, uint64_t fingerprint);
+  enum class Room { kMade, kDeclined, kDiskFull };
+  // REQUIRES: mu_ held. Evicts until one more segment fits the budget and the free-space floor
+  // (`headroom` above it now); the evicted files go to `victims` for DropFiles. kDeclined: the
+  // policy keeps what is stored over this chunk; kDiskFull: short of disk with nothing to evict.
+  Room MakeRoomLocked(uint64_t measured_index_bytes, int64_t headroom, uint64_t fingerprint,
+                      std::vector<std::shared_ptr<SegmentFile>>* victims);
+  // Creates segment file `id`; on ENOSPC evicts one segment and tries once more.
+  Result<std::shared_ptr<SegmentFile>> CreateSegment(uint32_t id);
+  // Counts a chunk not stored for want of disk space and tells DiskHealth.
+  void PassThroughNoSpace(const std::string& what);
+  // Bytes allocated under dir with `segments` segments: the budget's one formula (see above).
+  uint64_t AllocatedBytes(size_t segments, uint64_t measured_index_bytes) const;
+  struct Planned;
+  struct Group;
+  // One pwritev per IOV_MAX iovecs of the group's extents.
+  Status WriteExtents(const Group& g);
+  // Writes the group and publishes its chunks in the index (or seals the segment on failure).
+  void WriteGroup(Group& g);
   void Commit();
   // Floor/budget enforcement when idle: evicts (forced) while over.
   void EnforceLimits();
@@ -231,6 +249,9 @@ class NvmeStore {
   // REQUIRES: mu_ held. Where a stored chunk is, with its segment marked as used now (for lru);
   // nullopt when it is not stored.
   std::optional<std::pair<Loc, std::shared_ptr<SegmentFile>>> TouchLocked(uint64_t fp);
+  struct PieceJob;
+  // The pieces the index holds (marking their segments used now); empty pieces are hits at once.
+  std::vector<PieceJob> FindPieces(std::span<const NvmePiece> pieces, std::vector<bool>* hit);
   // Removes the entry if it still points at `loc`; true when this call removed it.
   bool DropEntry(uint64_t fp, const Loc& loc);
   uint64_t IndexAllowance(uint64_t measured_index_bytes) const;

@@ -23,7 +23,7 @@ constexpr uint64_t kMaxWarmRunChunks = 64;
 
 LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assembler,
                                std::shared_ptr<SampleLocator> locator, plan::RankSlice slice,
-                               LoaderPipelineOptions options, std::unique_ptr<BatchRing> ring)
+                               LoaderPipelineOptions options, std::unique_ptr<batch_ring::RingWriter> ring)
     : id_(id),
       arena_(arena),
       assembler_(assembler),
@@ -181,7 +181,14 @@ void LoaderPipeline::PublishLocked() {
     Delivered& d = ready_.front();
     arena_.MarkDelivered(d.slot);
     consumed_ += d.batch.sample_ids.size();
-    ring_->Publish(d.slot, d.seq, slice_.RankConsumedAfter(consumed_), d.batch);
+    const AssembledBatch& b = d.batch;
+    ring_->Publish({.slot = d.slot,
+                    .payload_bytes = b.payload_bytes,
+                    .batch_seq = d.seq,
+                    .rank_consumed = slice_.RankConsumedAfter(consumed_),
+                    .fields_offset = b.fields_offset,
+                    .fields_bytes = b.fields_bytes},
+                   b.sample_ids, b.offsets, b.lengths);
     CountDelivered(d);
     ready_.pop_front();
   }

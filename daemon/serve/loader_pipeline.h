@@ -41,8 +41,8 @@
 #include "daemon/plan/rank_slice.h"
 #include "daemon/serve/arena.h"
 #include "daemon/serve/batch_assembler.h"
-#include "daemon/serve/batch_ring.h"
 #include "daemon/serve/serve_metrics.h"
+#include "shardcache/batch_ring.h"
 
 namespace shardcache::serve {
 
@@ -89,7 +89,7 @@ class LoaderPipeline {
   // its max_samples must be at least the batch size.
   LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assembler,
                  std::shared_ptr<SampleLocator> locator, plan::RankSlice slice,
-                 LoaderPipelineOptions options, std::unique_ptr<BatchRing> ring = nullptr);
+                 LoaderPipelineOptions options, std::unique_ptr<batch_ring::RingWriter> ring = nullptr);
   // Stops the thread (waiting for a batch being assembled) and frees every slot of this loader,
   // delivered or not.
   ~LoaderPipeline();
@@ -120,7 +120,7 @@ class LoaderPipeline {
   // The client released one of this loader's slots: a batch waiting for ring room is published.
   void OnReleased();
   // The ring batches are published into; null without one.
-  const BatchRing* ring() const { return ring_.get(); }
+  const batch_ring::RingWriter* ring() const { return ring_.get(); }
 
   // Stops the pipeline thread and makes a waiting or later Next() return Cancelled.
   void Cancel();
@@ -191,7 +191,7 @@ class LoaderPipeline {
   uint64_t next_seq_ = 0;          // GUARDED_BY(mu_)
   Status error_;                   // GUARDED_BY(mu_)
   std::deque<Delivered> ready_;    // GUARDED_BY(mu_)
-  const std::unique_ptr<BatchRing> ring_;  // Publish() GUARDED_BY(mu_)
+  const std::unique_ptr<batch_ring::RingWriter> ring_;  // Publish() GUARDED_BY(mu_)
 
   // Warm-read bookkeeping, used by the pipeline thread only.
   struct Warmed {

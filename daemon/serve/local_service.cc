@@ -21,6 +21,7 @@
 #include "daemon/serve/loader_request.h"
 #include "daemon/serve/serve_metrics.h"
 #include "dataset/megatron_format.h"
+#include "shardcache/batch_ring.h"
 #include "shardcache/local.pb.h"
 #include "shardcache/local_wire.h"
 
@@ -308,12 +309,12 @@ Status LocalService::OpenLoader(Connection* c, const v1::OpenLoaderRequest& requ
   lo.prefetch_batches = options_.prefetch_batches;
   lo.lookahead_bytes_live = &lookahead_bytes_;
   lo.fields = o.fields;
-  std::unique_ptr<BatchRing> ring;
+  std::unique_ptr<batch_ring::RingWriter> ring;
   if (o.ring) {
     // A ring loader holds at most half the arena, so a client's second loader always finds
     // slots (loaders of protocol 1-2 clients keep their old, unlimited share).
     lo.max_slots = std::max(1u, c->arena->slot_count() / 2);
-    SC_ASSIGN_OR_RETURN(ring, BatchRing::Create(RingEntriesFor(lo.max_slots, batch_size), batch_size));
+    SC_ASSIGN_OR_RETURN(ring, batch_ring::RingWriter::Create(RingEntriesFor(lo.max_slots, batch_size), batch_size));
   }
   // The bytes a batch fills (records: exactly; other formats: the average sample, with a
   // quarter more for the spread), faulted in before the first batch is assembled. (In floating
@@ -335,7 +336,7 @@ Status LocalService::OpenLoader(Connection* c, const v1::OpenLoaderRequest& requ
   r->set_block_window_shards(plan->window_shards());
   r->set_format(m.format() == v1::RECORDS ? "records" : m.format() == v1::TAR ? "tar" : "megatron");
   r->set_sample_dtype(dataset::MegatronTokenDtype(m));
-  if (const BatchRing* br = pipe->ring()) {
+  if (const batch_ring::RingWriter* br = pipe->ring()) {
     r->set_ring_entries(br->entries());
     r->set_ring_bytes(br->bytes());
     *pass_fd = br->fd();  // sent before the loader could go away: only this thread closes it
@@ -480,149 +481,145 @@ void LocalService::Serve(Connection* c) {
     }
     resp.Clear();
     int pass_fd = -1;
-    Status s;
-    switch (req.body_case()) {
-      case v1::LocalRequest::kHello: {
-        const uint32_t version = req.hello().protocol_version();
-        if (version < local_wire::kMinProtocolVersion || version > local_wire::kProtocolVersion) {
-          s = FailedPrecondition("client speaks local protocol " + std::to_string(version) +
-                                 ", daemon speaks " + std::to_string(local_wire::kMinProtocolVersion) +
-                                 " to " + std::to_string(local_wire::kProtocolVersion));
-          break;
-        }
-        std::lock_guard<std::mutex> l(c->mu);
-        if (c->arena) {
-          s = FailedPrecondition("Hello sent twice on one connection");
-          break;
-        }
-        auto arena = Arena::Create(options_.arena_bytes, options_.slot_count);
-        if (!arena.ok()) {
-          s = arena.status();
-          break;
-        }
-        c->arena = std::move(*arena);
-        c->protocol_version = version;
-        auto* h = resp.mutable_hello();
-        h->set_protocol_version(version);  // the client's: every later addition is optional
-        h->set_arena_bytes(c->arena->arena_bytes());
-        h->set_slot_count(c->arena->slot_count());
-        h->set_slot_bytes(c->arena->slot_bytes());
-        pass_fd = c->arena->fd();
-        break;
-      }
-      case v1::LocalRequest::kOpenLoader:
-        s = OpenLoader(c, req.open_loader(), resp.mutable_open_loader(), &pass_fd);
-        break;
-      case v1::LocalRequest::kNextBatch: {
-        auto it = c->loaders.find(req.next_batch().loader_id());
-        if (it == c->loaders.end()) {
-          s = NotFound("no open loader " + std::to_string(req.next_batch().loader_id()));
-          break;
-        }
-        const uint32_t timeout_ms = std::min(
-            kMaxNextTimeoutMs, req.next_batch().timeout_ms() ? req.next_batch().timeout_ms() : options_.next_timeout_ms);
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-        // A client that goes away while it waits frees its loaders and slots at once, not when
-        // its timeout ends.
-        const auto gone = [fd] { return PeerGone(fd); };
-        if (req.next_batch().ring()) {
-          auto w = it->second->WaitPublished(req.next_batch().ring_index(), deadline, gone);
-          if (!w.ok()) {
-            s = w.status();
-            break;
-          }
-          auto* r = resp.mutable_next_batch();
-          r->set_end_of_epoch(w->end_of_epoch);
-          r->set_ring_published(w->published);
-          r->set_wait_us(w->wait_us);
-          break;
-        }
-        auto d = it->second->Next(deadline, gone);
-        if (!d.ok()) {
-          s = d.status();
-          break;
-        }
-        auto* r = resp.mutable_next_batch();
-        r->set_end_of_epoch(d->end_of_epoch);
-        if (!d->end_of_epoch) {
-          r->set_slot(d->slot);
-          r->set_offset(c->arena->SlotOffset(d->slot));
-          r->set_payload_bytes(d->batch.payload_bytes);
-          *r->mutable_sample_offsets() = {d->batch.offsets.begin(), d->batch.offsets.end()};
-          *r->mutable_sample_lengths() = {d->batch.lengths.begin(), d->batch.lengths.end()};
-          *r->mutable_sample_ids() = {d->batch.sample_ids.begin(), d->batch.sample_ids.end()};
-          r->set_batch_seq(d->seq);
-          r->set_record_bytes(it->second->record_bytes());
-          r->set_wait_us(d->wait_us);
-        }
-        break;
-      }
-      case v1::LocalRequest::kReleaseBatch: {
-        if (!c->arena) {
-          s = FailedPrecondition("ReleaseBatch before Hello");
-          break;
-        }
-        s = c->arena->Release(req.release_batch().slot(), req.release_batch().loader_id());
-        if (s.ok()) {
-          // Only this thread changes c->loaders.
-          auto it = c->loaders.find(req.release_batch().loader_id());
-          if (it != c->loaders.end()) it->second->OnReleased();
-        }
-        if (req.release_batch().no_reply()) {
-          // A batch that outlives its loader releases a slot the close already freed.
-          if (!s.ok()) spdlog::debug("local client {}: unanswered release: {}", who, s.ToString());
-          continue;
-        }
-        break;
-      }
-      case v1::LocalRequest::kLoaderState: {
-        auto it = c->loaders.find(req.loader_state().loader_id());
-        if (it == c->loaders.end()) {
-          s = NotFound("no open loader " + std::to_string(req.loader_state().loader_id()));
-          break;
-        }
-        resp.mutable_loader_state()->set_epoch(it->second->slice().plan()->options().epoch);
-        resp.mutable_loader_state()->set_samples_consumed(it->second->samples_consumed());
-        break;
-      }
-      case v1::LocalRequest::kCloseLoader: {
-        std::unique_ptr<LoaderPipeline> doomed;
-        {
-          std::lock_guard<std::mutex> l(c->mu);
-          auto it = c->loaders.find(req.close_loader().loader_id());
-          if (it == c->loaders.end()) {
-            s = NotFound("no open loader " + std::to_string(req.close_loader().loader_id()));
-            break;
-          }
-          doomed = std::move(it->second);
-          c->loaders.erase(it);
-        }
-        doomed.reset();  // joins its thread and frees its slots
-        resp.mutable_close_loader();
-        break;
-      }
-      case v1::LocalRequest::kStats:
-        resp.mutable_stats()->set_json(StatsJson());
-        break;
-      case v1::LocalRequest::kWarmDataset:
-        s = StartWarm(req.warm_dataset().dataset(), resp.mutable_warm_dataset());
-        if (s.ok()) {
-          spdlog::info("local client {} asked to warm '{}': warm {}{}", who, req.warm_dataset().dataset(),
-                       resp.warm_dataset().warm_id(),
-                       resp.warm_dataset().already_running() ? " (already running)" : "");
-        }
-        break;
-      case v1::LocalRequest::kWarmStatus:
-        s = WarmStatus(req.warm_status().warm_id(), resp.mutable_warm_status());
-        break;
-      default:
-        SC_LOG_RATE_LIMITED(spdlog::level::warn, "local client {} sent an unknown request; closing", who);
-        goto disconnect;
-    }
-    if (!s.ok()) SetError(&resp, s);
+    const Reply reply = Handle(c, who, req, &resp, &pass_fd);
+    if (reply == Reply::kClose) break;
+    if (reply == Reply::kNone) continue;
     if (!SendResponse(fd, resp, pass_fd).ok()) break;
   }
-disconnect:
+  Disconnected(c);
+  spdlog::debug("local client disconnected: {}", who);
+  c->done.store(true);
+}
+
+LocalService::Reply LocalService::Handle(Connection* c, const std::string& who, const v1::LocalRequest& req,
+                                         v1::LocalResponse* resp, int* pass_fd) {
+  Status s;
+  switch (req.body_case()) {
+    case v1::LocalRequest::kHello:
+      s = Hello(c, req.hello().protocol_version(), resp->mutable_hello(), pass_fd);
+      break;
+    case v1::LocalRequest::kOpenLoader:
+      s = OpenLoader(c, req.open_loader(), resp->mutable_open_loader(), pass_fd);
+      break;
+    case v1::LocalRequest::kNextBatch:
+      s = NextBatch(c, req.next_batch(), resp->mutable_next_batch());
+      break;
+    case v1::LocalRequest::kReleaseBatch:
+      s = ReleaseBatch(c, req.release_batch().loader_id(), req.release_batch().slot());
+      if (req.release_batch().no_reply()) {
+        // A batch that outlives its loader releases a slot the close already freed.
+        if (!s.ok()) spdlog::debug("local client {}: unanswered release: {}", who, s.ToString());
+        return Reply::kNone;
+      }
+      break;
+    case v1::LocalRequest::kLoaderState: {
+      auto it = c->loaders.find(req.loader_state().loader_id());
+      if (it == c->loaders.end()) {
+        s = NotFound("no open loader " + std::to_string(req.loader_state().loader_id()));
+        break;
+      }
+      resp->mutable_loader_state()->set_epoch(it->second->slice().plan()->options().epoch);
+      resp->mutable_loader_state()->set_samples_consumed(it->second->samples_consumed());
+      break;
+    }
+    case v1::LocalRequest::kCloseLoader:
+      s = CloseLoader(c, req.close_loader().loader_id());
+      if (s.ok()) resp->mutable_close_loader();
+      break;
+    case v1::LocalRequest::kStats:
+      resp->mutable_stats()->set_json(StatsJson());
+      break;
+    case v1::LocalRequest::kWarmDataset:
+      s = StartWarm(req.warm_dataset().dataset(), resp->mutable_warm_dataset());
+      if (s.ok()) {
+        spdlog::info("local client {} asked to warm '{}': warm {}{}", who, req.warm_dataset().dataset(),
+                     resp->warm_dataset().warm_id(), resp->warm_dataset().already_running() ? " (already running)" : "");
+      }
+      break;
+    case v1::LocalRequest::kWarmStatus:
+      s = WarmStatus(req.warm_status().warm_id(), resp->mutable_warm_status());
+      break;
+    default:
+      SC_LOG_RATE_LIMITED(spdlog::level::warn, "local client {} sent an unknown request; closing", who);
+      return Reply::kClose;
+  }
+  if (!s.ok()) SetError(resp, s);
+  return Reply::kSend;
+}
+
+Status LocalService::Hello(Connection* c, uint32_t version, v1::HelloResponse* h, int* pass_fd) {
+  if (version < local_wire::kMinProtocolVersion || version > local_wire::kProtocolVersion) {
+    return FailedPrecondition("client speaks local protocol " + std::to_string(version) + ", daemon speaks " +
+                              std::to_string(local_wire::kMinProtocolVersion) + " to " +
+                              std::to_string(local_wire::kProtocolVersion));
+  }
+  std::lock_guard<std::mutex> l(c->mu);
+  if (c->arena) return FailedPrecondition("Hello sent twice on one connection");
+  SC_ASSIGN_OR_RETURN(c->arena, Arena::Create(options_.arena_bytes, options_.slot_count));
+  c->protocol_version = version;
+  h->set_protocol_version(version);  // the client's: every later addition is optional
+  h->set_arena_bytes(c->arena->arena_bytes());
+  h->set_slot_count(c->arena->slot_count());
+  h->set_slot_bytes(c->arena->slot_bytes());
+  *pass_fd = c->arena->fd();
+  return Status::Ok();
+}
+
+Status LocalService::NextBatch(Connection* c, const v1::NextBatchRequest& req, v1::NextBatchResponse* r) {
+  auto it = c->loaders.find(req.loader_id());
+  if (it == c->loaders.end()) return NotFound("no open loader " + std::to_string(req.loader_id()));
+  const uint32_t timeout_ms = std::min(kMaxNextTimeoutMs, req.timeout_ms() ? req.timeout_ms() : options_.next_timeout_ms);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  // A client that goes away while it waits frees its loaders and slots at once, not when its
+  // timeout ends.
+  const int fd = c->fd.get();
+  const auto gone = [fd] { return PeerGone(fd); };
+  if (req.ring()) {
+    SC_ASSIGN_OR_RETURN(auto w, it->second->WaitPublished(req.ring_index(), deadline, gone));
+    r->set_end_of_epoch(w.end_of_epoch);
+    r->set_ring_published(w.published);
+    r->set_wait_us(w.wait_us);
+    return Status::Ok();
+  }
+  SC_ASSIGN_OR_RETURN(auto d, it->second->Next(deadline, gone));
+  r->set_end_of_epoch(d.end_of_epoch);
+  if (!d.end_of_epoch) {
+    r->set_slot(d.slot);
+    r->set_offset(c->arena->SlotOffset(d.slot));
+    r->set_payload_bytes(d.batch.payload_bytes);
+    *r->mutable_sample_offsets() = {d.batch.offsets.begin(), d.batch.offsets.end()};
+    *r->mutable_sample_lengths() = {d.batch.lengths.begin(), d.batch.lengths.end()};
+    *r->mutable_sample_ids() = {d.batch.sample_ids.begin(), d.batch.sample_ids.end()};
+    r->set_batch_seq(d.seq);
+    r->set_record_bytes(it->second->record_bytes());
+    r->set_wait_us(d.wait_us);
+  }
+  return Status::Ok();
+}
+
+Status LocalService::ReleaseBatch(Connection* c, uint64_t loader_id, uint32_t slot) {
+  if (!c->arena) return FailedPrecondition("ReleaseBatch before Hello");
+  SC_RETURN_IF_ERROR(c->arena->Release(slot, loader_id));
+  // Only this thread changes c->loaders.
+  auto it = c->loaders.find(loader_id);
+  if (it != c->loaders.end()) it->second->OnReleased();
+  return Status::Ok();
+}
+
+Status LocalService::CloseLoader(Connection* c, uint64_t loader_id) {
+  std::unique_ptr<LoaderPipeline> doomed;
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    auto it = c->loaders.find(loader_id);
+    if (it == c->loaders.end()) return NotFound("no open loader " + std::to_string(loader_id));
+    doomed = std::move(it->second);
+    c->loaders.erase(it);
+  }
+  doomed.reset();  // joins its thread and frees its slots
+  return Status::Ok();
+}
+
+void LocalService::Disconnected(Connection* c) {
   Retired gone;
   {
     std::lock_guard<std::mutex> l(c->mu);
@@ -637,8 +634,6 @@ disconnect:
     std::lock_guard<std::mutex> l(mu_);
     c->fd.Reset();
   }
-  spdlog::debug("local client disconnected: {}", who);
-  c->done.store(true);
 }
 
 void LocalService::Retire(Retired r) {

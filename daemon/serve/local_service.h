@@ -70,6 +70,11 @@
 #include "daemon/source/chunk_source.h"
 
 namespace shardcache::v1 {
+class HelloResponse;
+class LocalRequest;
+class LocalResponse;
+class NextBatchRequest;
+class NextBatchResponse;
 class OpenLoaderRequest;
 class OpenLoaderResponse;
 class WarmDatasetResponse;
@@ -179,7 +184,22 @@ class LocalService {
  private:
   struct Connection;
   void AcceptLoop();
+  // A connection's thread: reads requests, answers each, and tears the connection down.
   void Serve(Connection* c);
+  enum class Reply { kSend, kNone, kClose };
+  // Handles one request of client `who` into *resp (an error included); *pass_fd gets a
+  // descriptor to pass with the answer. kNone: the request wants no answer; kClose: end the
+  // connection.
+  Reply Handle(Connection* c, const std::string& who, const v1::LocalRequest& req, v1::LocalResponse* resp,
+               int* pass_fd);
+  // Hello: checks the protocol version and creates the connection's arena (its fd to pass).
+  Status Hello(Connection* c, uint32_t version, v1::HelloResponse* h, int* pass_fd);
+  // NextBatch: waits (bounded, and not past the client leaving) for a ring entry or a batch.
+  Status NextBatch(Connection* c, const v1::NextBatchRequest& req, v1::NextBatchResponse* r);
+  Status ReleaseBatch(Connection* c, uint64_t loader_id, uint32_t slot);
+  Status CloseLoader(Connection* c, uint64_t loader_id);
+  // After the last request: hands the connection's loaders and arena to the reaper.
+  void Disconnected(Connection* c);
   Result<std::shared_ptr<SampleLocator>> LocatorFor(const DatasetPtr& dataset);
   Result<std::shared_ptr<const plan::EpochPlan>> PlanFor(const DatasetPtr& dataset,
                                                          const plan::PlanOptions& o);

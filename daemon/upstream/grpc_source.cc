@@ -510,165 +510,187 @@ void GrpcSource::ObserveProgress() {
   }
 }
 
-void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
-  const auto& m = task.dataset->manifest;
-  const std::string& shard_path = m.shards(static_cast<int>(task.shard)).path();
-  uint64_t next = task.first;
+// Where a task stands across its attempts.
+struct GrpcSource::TaskProgress {
+  explicit TaskProgress(uint64_t first) : next(first) {}
+  uint64_t next;       // the first chunk not yet published
   int failures = 0;    // consecutive attempts without progress (sets the backoff)
   int mismatches = 0;  // failed verifications of chunk `next`
-  Status last;
+  Status last;         // the last attempt's error
   ChunkDecoder decoder;
-  auto fail_rest = [&](const Status& s) {
-    for (uint64_t c = next; c < task.end; ++c) task.flights[c - task.first].Publish(s);
-    next = task.end;
-  };
-  while (next < task.end) {
+};
+
+// What one attempt (one ReadChunks stream) did.
+struct GrpcSource::Attempt {
+  bool progressed = false;
+  bool stopped_early = false;  // we left the stream before the server ended it
+  Status local;                // a problem we found in what arrived
+  Clock::time_point last_heard;
+  grpc::Status finished;       // the stream's own status
+};
+
+void GrpcSource::FailRest(FetchTask& task, TaskProgress& p, const Status& s) {
+  for (uint64_t c = p.next; c < task.end; ++c) task.flights[c - task.first].Publish(s);
+  p.next = task.end;
+}
+
+void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
+  TaskProgress p(task.first);
+  while (p.next < task.end) {
     if (task.cancelled.load()) return;
     const auto now = Clock::now();
     if (now >= task.deadline) {
-      fail_rest(Unavailable(Where() + ": chunks [" + std::to_string(next) + ", " +
-                            std::to_string(task.end) + ") of shard " + std::to_string(task.shard) +
-                            " of '" + task.dataset->name + "' not received before the deadline" +
-                            (last.ok() ? std::string() : "; last error: " + last.ToString())));
+      FailRest(task, p,
+               Unavailable(Where() + ": chunks [" + std::to_string(p.next) + ", " + std::to_string(task.end) +
+                           ") of shard " + std::to_string(task.shard) + " of '" + task.dataset->name +
+                           "' not received before the deadline" +
+                           (p.last.ok() ? std::string() : "; last error: " + p.last.ToString())));
       return;
     }
     // During an outage an attempt ends when the outage has lasted outage_timeout; one that
     // starts after that is not made.
     const auto give_up_at = health_.GiveUpAt();
     if (now >= give_up_at) {
-      fail_rest(health_.OutageError());
+      FailRest(task, p, health_.OutageError());
       return;
     }
     grpc::ClientContext ctx;
     ctx.set_deadline(ToSystem(std::min({task.deadline, now + options_.call_timeout, give_up_at})));
     AddAuth(&ctx);
-    v1::ReadChunksRequest req;
-    req.set_dataset(task.dataset->name);
-    req.set_version(task.dataset->version);
-    req.set_shard(task.shard);
-    req.set_first_chunk(next);
-    req.set_chunk_count(task.end - next);
-    req.set_priority(task.priority == FetchPriority::kDemand ? v1::DEMAND : v1::PREFETCH);
-    req.set_accept_zstd(options_.accept_zstd);
     {
       std::lock_guard<std::mutex> lock(task.ctx_mu);
       task.ctx = &ctx;
     }
     if (task.cancelled.load()) ctx.TryCancel();
-    streams_.fetch_add(1);
-    M().streams->Add();
-    auto reader = conn.stub->ReadChunks(&ctx, req);
-    v1::ChunkMessage msg;
-    bool progressed = false;
-    bool stopped_early = false;  // we left the stream before the server ended it
-    Status local;                // a problem we found in what arrived
-    auto last_heard = now;       // when this attempt last received a message
-    while (reader->Read(&msg)) {
-      last_heard = Clock::now();
-      health_.OnAnswer();
-      const uint64_t wire = msg.payload().size();
-      wire_bytes_.fetch_add(wire);
-      M().wire_bytes->Add(wire);
-      if (Status b = bucket_.Take(wire, task.deadline); !b.ok()) {
-        local = b;
-        stopped_early = true;
-        break;
-      }
-      if (msg.chunk() != next) {
-        local = Internal(Where() + " sent chunk " + std::to_string(msg.chunk()) + ", expected " +
-                         std::to_string(next));
-        stopped_early = true;
-        break;
-      }
-      const uint64_t len = dataset::ChunkLength(m, task.shard, next);
-      const std::string where = Where() + " dataset '" + task.dataset->name + "' shard " +
-                                std::to_string(task.shard) + " ('" + shard_path + "') chunk " +
-                                std::to_string(next) + " (offset " +
-                                std::to_string(next * m.chunk_bytes()) + ")";
-      auto chunk = std::make_shared<Chunk>();
-      Status v = decoder.Decode(msg, len, where, &chunk->bytes);
-      if (v.ok()) {
-        chunk->hash = HashBytes(chunk->bytes.data(), chunk->bytes.size());
-        const Hash128 want = dataset::ChunkHash(m, task.shard, next);
-        if (chunk->hash != want) {
-          v = DataLoss(where + ": xxh3-128 of the received bytes is " + chunk->hash.ToHex() +
-                       ", the manifest says " + want.ToHex());
-        }
-      }
-      if (!v.ok()) {
-        checksum_failures_.fetch_add(1);
-        M().checksum_failures->Add();
-        SC_LOG_RATE_LIMITED(spdlog::level::warn, "refetching: {}", v.message());
-        if (++mismatches > options_.max_retries) {
-          fail_rest(DataLoss(v.message() + " (failed verification " + std::to_string(mismatches) +
-                             " times)"));
-          stopped_early = true;
-          break;
-        }
-        local = v;
-        stopped_early = true;
-        break;
-      }
-      // Count before publishing: a caller may read stats() as soon as it has the chunk.
-      chunks_.fetch_add(1);
-      payload_bytes_.fetch_add(len);
-      M().chunks->Add();
-      M().payload_bytes->Add(len);
-      task.flights[next - task.first].Publish(ChunkResult(ChunkPtr(std::move(chunk))));
-      ++next;
-      mismatches = 0;
-      progressed = true;
-      ObserveProgress();
-      if (task.cancelled.load()) {
-        stopped_early = true;
-        break;
-      }
-    }
-    // Cancel only a stream we abandoned; cancelling one the server already ended would replace
-    // its status (e.g. DataLoss, Unauthenticated) with CANCELLED.
-    if (stopped_early) ctx.TryCancel();
-    const grpc::Status gs = reader->Finish();
+    const Attempt a = Stream(task, conn, ctx, p);
     {
       std::lock_guard<std::mutex> lock(task.ctx_mu);
       task.ctx = nullptr;
     }
-    if (next >= task.end || task.cancelled.load()) return;
-    Status s = local.ok() ? FromGrpc(gs) : local;
-    if (s.ok()) {
-      s = Unavailable("stream ended at chunk " + std::to_string(next) + " before the end of the range");
-    }
-    if (local.ok() && !Retryable(s.code())) {
-      if (ProbeAnswered(s)) health_.OnAnswer();
-      fail_rest(s.WithContext(Where()));
-      return;
-    }
-    last = s;
-    // Transport failures are retried until the caller's deadline (checked at the loop top) or
-    // the end of the outage bound: an upstream that comes back in time is used, one that does
-    // not ends as Unavailable naming it and the last error.
-    if (local.ok()) {
-      // Past the bound (this attempt may have been ended by ProbeLoop): the outage error, not
-      // the cancellation, is what the caller needs to see.
-      if (Clock::now() >= health_.GiveUpAt()) {
-        fail_rest(health_.OutageError());
-        return;
-      }
-      const bool give_up = health_.OnFailure(s, last_heard);
-      probe_cv_.notify_all();
-      if (give_up) {
-        fail_rest(health_.OutageError());
-        return;
-      }
-    }
-    failures = progressed ? 0 : failures + 1;
-    retries_.fetch_add(1);
-    M().retries->Add();
-    spdlog::debug("{}: retrying shard {} of '{}' from chunk {}: {}", Where(), task.shard, task.dataset->name, next,
-                  s.ToString());
-    const auto backoff = std::min(options_.backoff_max,
-                                  options_.backoff_initial * (1 << std::min(failures, 10)));
-    if (!SleepUntil(std::min({task.deadline, Clock::now() + Jittered(backoff), health_.GiveUpAt()}))) return;
+    if (p.next >= task.end || task.cancelled.load()) return;
+    if (!BackOffAfter(task, a, p)) return;
   }
+}
+
+GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::ClientContext& ctx,
+                                       TaskProgress& p) {
+  v1::ReadChunksRequest req;
+  req.set_dataset(task.dataset->name);
+  req.set_version(task.dataset->version);
+  req.set_shard(task.shard);
+  req.set_first_chunk(p.next);
+  req.set_chunk_count(task.end - p.next);
+  req.set_priority(task.priority == FetchPriority::kDemand ? v1::DEMAND : v1::PREFETCH);
+  req.set_accept_zstd(options_.accept_zstd);
+  streams_.fetch_add(1);
+  M().streams->Add();
+  auto reader = conn.stub->ReadChunks(&ctx, req);
+  v1::ChunkMessage msg;
+  Attempt a;
+  a.last_heard = Clock::now();
+  while (reader->Read(&msg)) {
+    a.last_heard = Clock::now();
+    health_.OnAnswer();
+    if (!Receive(task, msg, p, a)) {
+      a.stopped_early = true;
+      break;
+    }
+  }
+  // Cancel only a stream we abandoned; cancelling one the server already ended would replace
+  // its status (e.g. DataLoss, Unauthenticated) with CANCELLED.
+  if (a.stopped_early) ctx.TryCancel();
+  a.finished = reader->Finish();
+  return a;
+}
+
+bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgress& p, Attempt& a) {
+  const auto& m = task.dataset->manifest;
+  const uint64_t wire = msg.payload().size();
+  wire_bytes_.fetch_add(wire);
+  M().wire_bytes->Add(wire);
+  if (Status b = bucket_.Take(wire, task.deadline); !b.ok()) {
+    a.local = b;
+    return false;
+  }
+  if (msg.chunk() != p.next) {
+    a.local = Internal(Where() + " sent chunk " + std::to_string(msg.chunk()) + ", expected " +
+                       std::to_string(p.next));
+    return false;
+  }
+  const uint64_t len = dataset::ChunkLength(m, task.shard, p.next);
+  const std::string where = Where() + " dataset '" + task.dataset->name + "' shard " +
+                            std::to_string(task.shard) + " ('" + m.shards(static_cast<int>(task.shard)).path() +
+                            "') chunk " + std::to_string(p.next) + " (offset " +
+                            std::to_string(p.next * m.chunk_bytes()) + ")";
+  auto chunk = std::make_shared<Chunk>();
+  Status v = p.decoder.Decode(msg, len, where, &chunk->bytes);
+  if (v.ok()) {
+    chunk->hash = HashBytes(chunk->bytes.data(), chunk->bytes.size());
+    const Hash128 want = dataset::ChunkHash(m, task.shard, p.next);
+    if (chunk->hash != want) {
+      v = DataLoss(where + ": xxh3-128 of the received bytes is " + chunk->hash.ToHex() +
+                   ", the manifest says " + want.ToHex());
+    }
+  }
+  if (!v.ok()) {
+    checksum_failures_.fetch_add(1);
+    M().checksum_failures->Add();
+    SC_LOG_RATE_LIMITED(spdlog::level::warn, "refetching: {}", v.message());
+    if (++p.mismatches > options_.max_retries) {
+      FailRest(task, p, DataLoss(v.message() + " (failed verification " + std::to_string(p.mismatches) + " times)"));
+    } else {
+      a.local = v;
+    }
+    return false;
+  }
+  // Count before publishing: a caller may read stats() as soon as it has the chunk.
+  chunks_.fetch_add(1);
+  payload_bytes_.fetch_add(len);
+  M().chunks->Add();
+  M().payload_bytes->Add(len);
+  task.flights[p.next - task.first].Publish(ChunkResult(ChunkPtr(std::move(chunk))));
+  ++p.next;
+  p.mismatches = 0;
+  a.progressed = true;
+  ObserveProgress();
+  return !task.cancelled.load();
+}
+
+bool GrpcSource::BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p) {
+  Status s = a.local.ok() ? FromGrpc(a.finished) : a.local;
+  if (s.ok()) {
+    s = Unavailable("stream ended at chunk " + std::to_string(p.next) + " before the end of the range");
+  }
+  if (a.local.ok() && !Retryable(s.code())) {
+    if (ProbeAnswered(s)) health_.OnAnswer();
+    FailRest(task, p, s.WithContext(Where()));
+    return false;
+  }
+  p.last = s;
+  // Transport failures are retried until the caller's deadline (checked at the loop top) or
+  // the end of the outage bound: an upstream that comes back in time is used, one that does
+  // not ends as Unavailable naming it and the last error.
+  if (a.local.ok()) {
+    // Past the bound (this attempt may have been ended by ProbeLoop): the outage error, not
+    // the cancellation, is what the caller needs to see.
+    if (Clock::now() >= health_.GiveUpAt()) {
+      FailRest(task, p, health_.OutageError());
+      return false;
+    }
+    const bool give_up = health_.OnFailure(s, a.last_heard);
+    probe_cv_.notify_all();
+    if (give_up) {
+      FailRest(task, p, health_.OutageError());
+      return false;
+    }
+  }
+  p.failures = a.progressed ? 0 : p.failures + 1;
+  retries_.fetch_add(1);
+  M().retries->Add();
+  spdlog::debug("{}: retrying shard {} of '{}' from chunk {}: {}", Where(), task.shard, task.dataset->name, p.next,
+                s.ToString());
+  const auto backoff = std::min(options_.backoff_max, options_.backoff_initial * (1 << std::min(p.failures, 10)));
+  return SleepUntil(std::min({task.deadline, Clock::now() + Jittered(backoff), health_.GiveUpAt()}));
 }
 
 Status GrpcSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
@@ -686,45 +708,7 @@ Status GrpcSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t firs
   std::vector<std::shared_ptr<FetchTask>> mine;
   uint64_t launched = first, delivered = first;
   int rejoins = 0;
-
-  // Starts fetches for [from, to): chunks nobody fetches yet become ours (grouped into
-  // contiguous tasks); chunks already in flight are waited for.
-  auto launch = [&](uint64_t from, uint64_t to, bool front) {
-    std::vector<Flights::Flight> handles;
-    std::shared_ptr<FetchTask> task;
-    auto flush = [&] {
-      if (task) {
-        mine.push_back(task);
-        Submit(std::move(task));
-        task.reset();
-      }
-    };
-    for (uint64_t c = from; c < to; ++c) {
-      Flights::Flight f = flights_.Join(ChunkKey{d->version, shard, c});
-      handles.push_back(f.Share());
-      if (f.leader()) {
-        if (!task) {
-          task = std::make_shared<FetchTask>();
-          task->dataset = d;
-          task->shard = shard;
-          task->first = c;
-          task->end = c;
-          task->priority = options.priority;
-          task->deadline = options.deadline;
-        }
-        task->flights.push_back(std::move(f));
-        task->end = c + 1;
-      } else {
-        flush();
-      }
-    }
-    flush();
-    if (front) {
-      for (auto it = handles.rbegin(); it != handles.rend(); ++it) pending.push_front(std::move(*it));
-    } else {
-      for (auto& h : handles) pending.push_back(std::move(h));
-    }
-  };
+  auto launch = [&](uint64_t from, uint64_t to, bool front) { Launch(d, shard, from, to, options, front, &pending, &mine); };
   auto cancel_mine = [&] {
     for (auto& t : mine) t->Cancel();
   };
@@ -764,6 +748,45 @@ Status GrpcSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t firs
     ++delivered;
   }
   return Status::Ok();
+}
+
+void GrpcSource::Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint64_t to,
+                        const ReadOptions& options, bool front, std::deque<Flights::Flight>* pending,
+                        std::vector<std::shared_ptr<FetchTask>>* mine) {
+  std::vector<Flights::Flight> handles;
+  std::shared_ptr<FetchTask> task;
+  auto flush = [&] {
+    if (task) {
+      mine->push_back(task);
+      Submit(std::move(task));
+      task.reset();
+    }
+  };
+  for (uint64_t c = from; c < to; ++c) {
+    Flights::Flight f = flights_.Join(ChunkKey{d->version, shard, c});
+    handles.push_back(f.Share());
+    if (f.leader()) {
+      if (!task) {
+        task = std::make_shared<FetchTask>();
+        task->dataset = d;
+        task->shard = shard;
+        task->first = c;
+        task->end = c;
+        task->priority = options.priority;
+        task->deadline = options.deadline;
+      }
+      task->flights.push_back(std::move(f));
+      task->end = c + 1;
+    } else {
+      flush();
+    }
+  }
+  flush();
+  if (front) {
+    for (auto it = handles.rbegin(); it != handles.rend(); ++it) pending->push_front(std::move(*it));
+  } else {
+    for (auto& h : handles) pending->push_back(std::move(h));
+  }
 }
 
 GrpcSource::Stats GrpcSource::stats() const {

@@ -69,6 +69,10 @@ class ChannelCredentials;
 class ClientContext;
 }
 
+namespace shardcache::v1 {
+class ChunkMessage;
+}
+
 namespace shardcache::upstream {
 
 struct GrpcSourceOptions {
@@ -170,10 +174,26 @@ class GrpcSource final : public ChunkSource {
   // A channel to the upstream with its own TCP connection (`index` keeps channels apart).
   std::shared_ptr<grpc::Channel> NewChannel(int index) const;
   void Submit(std::shared_ptr<FetchTask> task);
+  // Starts fetches for chunks [from, to) of a ReadChunks call: chunks nobody fetches yet become
+  // its own tasks (`mine`, grouped into contiguous runs); chunks already in flight are waited
+  // for. Their handles go to the front of `pending` (in order) or to its back.
+  void Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint64_t to, const ReadOptions& options,
+              bool front, std::deque<Flights::Flight>* pending, std::vector<std::shared_ptr<FetchTask>>* mine);
   void WorkerLoop();
   // Probes the upstream when health_ says one is due (see above), until shutdown.
   void ProbeLoop();
+  struct TaskProgress;
+  struct Attempt;
+  // Fetches the task's chunks, retrying with backoff, until each is published (data or error).
   void RunTask(FetchTask& task, Connection& conn);
+  // One ReadChunks stream for the task's chunks from p.next.
+  Attempt Stream(FetchTask& task, Connection& conn, grpc::ClientContext& ctx, TaskProgress& p);
+  // Verifies and publishes one message's chunk; false when the stream must be left.
+  bool Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgress& p, Attempt& a);
+  // After a failed attempt: fails the rest or sleeps the backoff; false when the task is over.
+  bool BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p);
+  // Publishes `s` to every chunk not yet published.
+  void FailRest(FetchTask& task, TaskProgress& p, const Status& s);
   // Feeds the adaptive controller after progress; wakes workers when the limit changed.
   void ObserveProgress();
   void AddAuth(grpc::ClientContext* ctx) const;

@@ -129,7 +129,7 @@ ChunkPtr PatternChunk(uint64_t length, uint64_t seed) {
 // Room for three odd chunks per segment, plus slack that is not a fourth.
 CacheOptions StoreOptions(const std::string& dir) {
   auto o = SmallCacheOptions(dir, 256ull << 20);
-  o.segment_bytes = 3 * NvmeStore::ExtentBytes(kOddChunkBytes) + (1ull << 20);
+  o.segment_bytes = 3 * ExtentBytes(kOddChunkBytes) + (1ull << 20);
   return o;
 }
 
@@ -664,19 +664,19 @@ TEST_CASE("nvme pieces: extents hold data and table padded to 4 KiB, and pieces 
           "[cache][nvme][pieces][restart]") {
   // Data padded to 4 KiB, then one xxh3-64 per 64 KiB block padded to 4 KiB; a chunk of one
   // block has no table (its pieces are read whole and checked against the manifest hash).
-  CHECK(NvmeStore::ExtentBytes(1) == 4096);
-  CHECK(NvmeStore::ExtentBytes(4096) == 4096);
-  CHECK(NvmeStore::ExtentBytes(4097) == 8192);
-  CHECK(NvmeStore::ExtentBytes(kBlock) == kBlock);
-  CHECK(NvmeStore::ExtentBytes(kBlock + 1) == kBlock + 4096 + 4096);
-  CHECK(NvmeStore::ExtentBytes(4ull << 20) == (4ull << 20) + 4096);
-  CHECK(NvmeStore::ExtentBytes(kOddChunkBytes) == (4ull << 20) + 4096 + 4096);
-  CHECK(NvmeStore::ExtentBytes(32ull << 20) == (32ull << 20) + 4096);             // 512 blocks: one page
-  CHECK(NvmeStore::ExtentBytes((32ull << 20) + 1) == (32ull << 20) + 4096 + 8192);  // 513 blocks: two
+  CHECK(ExtentBytes(1) == 4096);
+  CHECK(ExtentBytes(4096) == 4096);
+  CHECK(ExtentBytes(4097) == 8192);
+  CHECK(ExtentBytes(kBlock) == kBlock);
+  CHECK(ExtentBytes(kBlock + 1) == kBlock + 4096 + 4096);
+  CHECK(ExtentBytes(4ull << 20) == (4ull << 20) + 4096);
+  CHECK(ExtentBytes(kOddChunkBytes) == (4ull << 20) + 4096 + 4096);
+  CHECK(ExtentBytes(32ull << 20) == (32ull << 20) + 4096);             // 512 blocks: one page
+  CHECK(ExtentBytes((32ull << 20) + 1) == (32ull << 20) + 4096 + 8192);  // 513 blocks: two
 
   TempDir dir;
   const auto o = StoreOptions(dir / "cache");
-  const uint64_t extent = NvmeStore::ExtentBytes(kOddChunkBytes);
+  const uint64_t extent = ExtentBytes(kOddChunkBytes);
   const uint64_t per_segment = o.segment_bytes / extent;
   REQUIRE(per_segment == 3);
   std::vector<Stored> chunks;
@@ -755,7 +755,7 @@ TEST_CASE("nvme pieces: chunks with and without a block table, written back to b
       auto next = std::next(it);
       if (next->first.first != it->first.first) continue;
       INFO("segment " << it->first.first << " offset " << it->first.second << " length " << it->second);
-      CHECK(next->first.second == it->first.second + NvmeStore::ExtentBytes(it->second));
+      CHECK(next->first.second == it->first.second + ExtentBytes(it->second));
     }
     const std::vector<Ask> asks = asks_for();
     const Outcome out = ReadNvme(*store, chunks, asks);

@@ -19,7 +19,7 @@
 #include <set>
 #include <thread>
 
-#include "common/batch_ring.h"
+#include "shardcache/batch_ring.h"
 #include "common/fs.h"
 #include "common/metrics.h"
 #include "daemon/serve/local_service.h"

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/batch_ring.h"
+#include "shardcache/batch_ring.h"
 #include "daemon/plan/epoch_plan.h"
 #include "daemon/plan/rank_slice.h"
 #include "daemon/serve/arena.h"
@@ -278,7 +278,7 @@ TEST_CASE("a pipeline with a batch ring publishes plan order, holds at most its 
   serve::LoaderPipelineOptions lo;
   lo.prefetch_batches = 2;
   lo.lookahead_bytes = 0;
-  auto ring = serve::BatchRing::Create(3, 10);
+  auto ring = batch_ring::RingWriter::Create(3, 10);
   REQUIRE(ring.ok());
   const int ring_fd = (*ring)->fd();
   const uint64_t ring_bytes = (*ring)->bytes();

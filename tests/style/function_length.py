@@ -22,21 +22,7 @@ SOURCE = os.path.abspath(os.path.join(HERE, "../.."))
 
 # file:function -> length when the check was added (to be split; see issue 15).
 KNOWN = {
-    "client/src/client.cc:LoaderCore::NextOnce": 91,
     "client/stager.cc:Stager::Stage": 105,
-    "client/tools/trainer_bench.cc:main": 103,
-    "daemon/admin/admin_server.cc:AdminServer::Route": 82,
-    "daemon/cache/cached_source.cc:CachedSource::ReadChunks": 146,
-    "daemon/cache/io_reader.cc:IoReader::ReadBatch": 81,
-    "daemon/cache/nvme_store.cc:NvmeStore::EnsureOpenSegment": 87,
-    "daemon/cache/nvme_store.cc:NvmeStore::ReadPieces": 127,
-    "daemon/cache/nvme_store.cc:NvmeStore::Recover": 123,
-    "daemon/cache/nvme_store.cc:NvmeStore::StoreBatch": 130,
-    "daemon/daemon.cc:Daemon::StatusJson": 86,
-    "daemon/main.cc:main": 90,
-    "daemon/serve/local_service.cc:LocalService::Serve": 184,
-    "daemon/upstream/grpc_source.cc:GrpcSource::ReadChunks": 91,
-    "daemon/upstream/grpc_source.cc:GrpcSource::RunTask": 158,
 }
 
 NOT_FUNCTIONS = re.compile(r"^(namespace|struct|class|enum|union|extern|template\s*<[^>]*>\s*(struct|class))\b")
