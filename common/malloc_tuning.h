@@ -9,7 +9,11 @@
 
 namespace shardcache {
 
-// Call once at the start of main(), before threads start. Safe to call more than once.
+// Malloc arenas a process uses at most (see KeepLargeBuffersInHeap).
+inline constexpr int kMallocArenas = 4;
+
+// Call once at the start of main(), before threads start. Safe to call more than once. Also
+// caps the malloc arenas at kMallocArenas.
 void KeepLargeBuffersInHeap();
 
 // Returns the free memory of every malloc arena to the kernel (malloc_trim). With large buffers

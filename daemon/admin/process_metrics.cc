@@ -1,6 +1,7 @@
 #include "daemon/admin/process_metrics.h"
 
 #include <dirent.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,7 +18,11 @@ ProcessMetrics::ProcessMetrics(metrics::Registry& r)
                                     1.0 / static_cast<double>(sysconf(_SC_CLK_TCK)))),
       uptime_seconds_(r.GetGauge("shardcache_process_uptime_seconds", "Seconds since the daemon started")),
       open_fds_(r.GetGauge("shardcache_process_open_fds", "Open file descriptors of the daemon")),
-      threads_(r.GetGauge("shardcache_process_threads", "Threads of the daemon")) {}
+      threads_(r.GetGauge("shardcache_process_threads", "Threads of the daemon")),
+      heap_in_use_bytes_(r.GetGauge("shardcache_process_heap_in_use_bytes",
+                                    "Bytes of malloc heap the daemon holds in live allocations")),
+      heap_free_bytes_(r.GetGauge("shardcache_process_heap_free_bytes",
+                                  "Bytes of malloc heap free for reuse (resident only where touched since the last trim)")) {}
 
 void ProcessMetrics::Update() {
   uptime_seconds_->Set(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
@@ -49,6 +54,12 @@ void ProcessMetrics::Update() {
       cpu_ticks_->Advance(utime + stime);
       threads_->Set(nthreads);
     }
+  }
+  {
+    // Live heap against free heap tells a leak (in-use grows) from fragmentation (free grows).
+    const struct mallinfo2 mi = mallinfo2();
+    heap_in_use_bytes_->Set(static_cast<double>(mi.uordblks + mi.hblkhd));
+    heap_free_bytes_->Set(static_cast<double>(mi.fordblks));
   }
   if (DIR* d = opendir("/proc/self/fd")) {
     int n = 0;

@@ -1,5 +1,5 @@
-// ProcessMetrics: metrics describing the daemon process itself (resident memory, CPU time,
-// uptime, open descriptors), refreshed from /proc each time /metrics is scraped. CPU time is a
+// ProcessMetrics: metrics describing the daemon process itself (resident memory, malloc heap in
+// use and free, CPU time, uptime, open descriptors), refreshed from /proc each time /metrics is scraped. CPU time is a
 // counter (shardcache_process_cpu_seconds_total, kept in clock ticks): it only grows, and
 // rate() over it is the CPU share.
 //
@@ -26,6 +26,8 @@ class ProcessMetrics {
   metrics::Gauge* uptime_seconds_;
   metrics::Gauge* open_fds_;
   metrics::Gauge* threads_;
+  metrics::Gauge* heap_in_use_bytes_;
+  metrics::Gauge* heap_free_bytes_;
 };
 
 }  // namespace shardcache::admin

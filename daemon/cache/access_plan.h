@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/cache/chunk_key.h"
+#include "daemon/source/chunk_key.h"
 
 namespace shardcache::cache {
 

@@ -32,7 +32,7 @@
 
 #include "daemon/cache/access_plan.h"
 #include "daemon/cache/cache_options.h"
-#include "daemon/cache/chunk_key.h"
+#include "daemon/source/chunk_key.h"
 #include "daemon/cache/dram_cache.h"
 #include "daemon/cache/nvme_store.h"
 #include "daemon/source/chunk_source.h"

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "daemon/cache/chunk_key.h"
+#include "daemon/source/chunk_key.h"
 #include "daemon/source/chunk_source.h"
 
 namespace shardcache::cache {

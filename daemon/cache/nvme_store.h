@@ -70,7 +70,7 @@
 
 #include "daemon/cache/access_plan.h"
 #include "daemon/cache/cache_options.h"
-#include "daemon/cache/chunk_key.h"
+#include "daemon/source/chunk_key.h"
 #include "daemon/cache/disk_health.h"
 #include "daemon/cache/eviction_policy.h"
 #include "daemon/cache/extent.h"

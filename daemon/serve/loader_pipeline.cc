@@ -9,8 +9,6 @@ namespace {
 // How long the pipeline thread sleeps before re-checking for stop when nothing is to do.
 constexpr auto kIdlePoll = std::chrono::milliseconds(50);
 
-uint64_t ChunkKey(uint32_t shard, uint64_t chunk) { return (uint64_t{shard} << 40) ^ chunk; }
-
 uint64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
@@ -249,9 +247,10 @@ bool LoaderPipeline::Warm() {
     std::lock_guard<std::mutex> l(mu_);
     base = assemble_index_;
   }
+  const Hash128 version = VersionId(locator_->dataset()->version);
   while (!warmed_.empty() && warmed_.front().index < base) {
     warmed_bytes_ -= warmed_.front().bytes;
-    warmed_keys_.erase(ChunkKey(warmed_.front().shard, warmed_.front().chunk));
+    warmed_keys_.erase(ChunkKey{version, warmed_.front().shard, warmed_.front().chunk});
     warmed_.pop_front();
   }
   // Samples before `base` are in batches being assembled or queued: their reads are running.
@@ -278,7 +277,7 @@ bool LoaderPipeline::Warm() {
     if (!e.ok()) break;  // the demand path reports it
     if (e->length > 0) {
       for (uint64_t c = e->offset / cb; c <= (e->offset + e->length - 1) / cb; ++c) {
-        if (!warmed_keys_.insert(ChunkKey(e->shard, c)).second) continue;
+        if (!warmed_keys_.insert(ChunkKey{version, e->shard, c}).second) continue;
         const uint64_t bytes = dataset::ChunkLength(m, e->shard, c);
         warmed_.push_back({warm_index_, e->shard, c, bytes});
         warmed_bytes_ += bytes;

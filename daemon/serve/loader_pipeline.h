@@ -42,6 +42,7 @@
 #include "daemon/serve/arena.h"
 #include "daemon/serve/batch_assembler.h"
 #include "daemon/serve/serve_metrics.h"
+#include "daemon/source/chunk_key.h"
 #include "shardcache/batch_ring.h"
 
 namespace shardcache::serve {
@@ -202,7 +203,7 @@ class LoaderPipeline {
   };
   uint64_t warm_index_ = 0;
   std::deque<Warmed> warmed_;
-  std::unordered_set<uint64_t> warmed_keys_;
+  std::unordered_set<ChunkKey, ChunkKeyHash> warmed_keys_;
   uint64_t warmed_bytes_ = 0;
   struct WarmRun {
     uint32_t shard;

@@ -123,10 +123,6 @@ struct GrpcSource::FetchTask {
   }
 };
 
-size_t GrpcSource::ChunkKeyHash::operator()(const ChunkKey& k) const {
-  return std::hash<std::string>()(k.version) ^ (std::hash<uint64_t>()(k.chunk) * 31 + k.shard);
-}
-
 Status ParseGrpcTarget(const std::string& uri, GrpcSourceOptions* options) {
   std::string rest = uri;
   if (uri.rfind("grpcs://", 0) == 0) {
@@ -755,6 +751,7 @@ void GrpcSource::Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint
                         std::vector<std::shared_ptr<FetchTask>>* mine) {
   std::vector<Flights::Flight> handles;
   std::shared_ptr<FetchTask> task;
+  const Hash128 version = VersionId(d->version);
   auto flush = [&] {
     if (task) {
       mine->push_back(task);
@@ -763,7 +760,7 @@ void GrpcSource::Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint
     }
   };
   for (uint64_t c = from; c < to; ++c) {
-    Flights::Flight f = flights_.Join(ChunkKey{d->version, shard, c});
+    Flights::Flight f = flights_.Join(ChunkKey{version, shard, c});
     handles.push_back(f.Share());
     if (f.leader()) {
       if (!task) {

@@ -57,6 +57,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/source/chunk_key.h"
 #include "daemon/source/chunk_source.h"
 #include "daemon/upstream/single_flight.h"
 #include "daemon/upstream/stream_controller.h"
@@ -159,15 +160,6 @@ class GrpcSource final : public ChunkSource {
   struct Connection;
   struct FetchTask;
   using ChunkResult = Result<ChunkPtr>;
-  struct ChunkKey {
-    std::string version;
-    uint32_t shard;
-    uint64_t chunk;
-    bool operator==(const ChunkKey&) const = default;
-  };
-  struct ChunkKeyHash {
-    size_t operator()(const ChunkKey& k) const;
-  };
   using Flights = SingleFlight<ChunkKey, ChunkResult, ChunkKeyHash>;
 
   explicit GrpcSource(GrpcSourceOptions options);

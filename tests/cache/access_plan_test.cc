@@ -2,6 +2,7 @@
 
 #include "daemon/cache/access_plan.h"
 
+using namespace shardcache;
 using namespace shardcache::cache;
 
 TEST_CASE("access plan reports the distance to each chunk's next planned use", "[cache][plan]") {

@@ -89,7 +89,8 @@ TEST_CASE("Prometheus scrapes the daemon and serves its metrics back", "[deploy]
 const std::vector<std::string> kProcessFamilies = {
     "shardcache_ready", "shardcache_admin_requests_total", "shardcache_process_resident_bytes",
     "shardcache_process_virtual_bytes", "shardcache_process_cpu_seconds_total", "shardcache_process_uptime_seconds",
-    "shardcache_process_open_fds", "shardcache_process_threads"};
+    "shardcache_process_open_fds", "shardcache_process_threads",
+    "shardcache_process_heap_in_use_bytes", "shardcache_process_heap_free_bytes"};
 const std::vector<std::string> kOriginFamilies = {
     "shardcache_origin_requests_total", "shardcache_origin_chunks_total", "shardcache_origin_payload_bytes_total",
     "shardcache_origin_wire_bytes_total", "shardcache_origin_compression_ratio"};

@@ -22,7 +22,9 @@ seen. drift = (last - baseline) / baseline, each the
 median of 10 epochs. The node is never restarted, so drift is one process's. The JSON also
 carries index_mib, the memory RocksDB holds for the NVMe tier's index
 (shardcache_cache_index_memory_bytes: memtables, block cache, table readers; bounded by the
-index's options), to tell its filling from a leak. Exit status 1 when a sample had wrong bytes,
+index's options), to tell its filling from a leak, and heap_in_use_mib / heap_free_mib (malloc's
+live and free heap, shardcache_process_heap_*_bytes) to tell a leak from fragmentation. Exit
+status 1 when a sample had wrong bytes,
 an epoch did not deliver every sample exactly once, or the RSS, fd or thread drift is 5 % or
 more; the JSON figures are printed last either way."""
 import argparse
@@ -162,6 +164,9 @@ def main():
         m = node.metrics()
         # RocksDB's share (memtables, block cache): bounded, and apart from any leak of ours.
         now["index_mib"] = m.get("shardcache_cache_index_memory_bytes", 0) / S.MiB
+        # malloc's live heap (a leak grows it) and its free heap (fragmentation grows it).
+        now["heap_in_use_mib"] = m.get("shardcache_process_heap_in_use_bytes", 0) / S.MiB
+        now["heap_free_mib"] = m.get("shardcache_process_heap_free_bytes", 0) / S.MiB
         samples.append(now)
         if epoch % 20 == 0:
             print(f"soak: epoch {epoch}, {int(end - time.time())} s left: " +
@@ -182,13 +187,13 @@ def main():
         head, tail = samples[baseline_index:baseline_index + 10], samples[-10:]
         baseline = {k: statistics.median(x[k] for x in head) for k in head[0]}
         last = {k: statistics.median(x[k] for x in tail) for k in tail[0]}
-        for k in ("rss_mib", "fds", "threads", "index_mib"):
+        for k in ("rss_mib", "fds", "threads", "index_mib", "heap_in_use_mib", "heap_free_mib"):
             figures[f"{k}_baseline"] = round(baseline[k], 1)
             figures[f"{k}_last"] = round(last[k], 1)
             figures[f"{k}_max"] = round(max(s[k] for s in samples[baseline_index:]), 1)
             drift = (last[k] - baseline[k]) / baseline[k] if baseline[k] else 0.0
             figures[f"{k}_drift"] = round(drift, 4)
-            if drift >= DRIFT_LIMIT and k != "index_mib":
+            if drift >= DRIFT_LIMIT and k in ("rss_mib", "fds", "threads"):
                 failures.append(f"{k} drifted {drift:+.1%} (baseline {baseline[k]}, last {last[k]})")
         figures["series"] = [{"epoch": i + 1, **{k: round(v, 1) for k, v in s.items()}}
                              for i, s in enumerate(samples) if (i + 1) % max(1, len(samples) // 12) == 0]

@@ -1,10 +1,10 @@
-#include "daemon/cache/chunk_key.h"
+#include "daemon/source/chunk_key.h"
 
 #include <cstring>
 
 #include <xxhash.h>
 
-namespace shardcache::cache {
+namespace shardcache {
 
 Hash128 VersionId(std::string_view version) { return HashBytes(version); }
 
@@ -21,4 +21,4 @@ std::string ChunkKey::ToString() const {
   return version.ToHex().substr(0, 12) + "/" + std::to_string(shard) + "/" + std::to_string(chunk);
 }
 
-}  // namespace shardcache::cache
+}  // namespace shardcache

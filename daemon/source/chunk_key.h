@@ -1,9 +1,10 @@
-// ChunkKey: the identity of one cached chunk — (dataset version, shard, chunk index) — and its
+// ChunkKey: the identity of one chunk — (dataset version, shard, chunk index) — in every tier
+// (the fetcher's single flights, the DRAM and NVMe tiers, the access plan, the loaders), and its
 // 64-bit fingerprint, the key of the in-memory NVMe index and of the access plan.
 //
 // The version is carried as a 128-bit id (xxh3-128 of the version string), so a key is 28
 // bytes on disk. The in-memory index keys on a 64-bit fingerprint of those 28 bytes to stay
-// compact (see chunk_index.h); a fingerprint collision can never serve wrong bytes, because
+// compact (nvme_store.h); a fingerprint collision can never serve wrong bytes, because
 // every NVMe read is verified against the manifest hash of the chunk actually requested, and a
 // mismatch is a dropped entry and a miss.
 //
@@ -17,7 +18,7 @@
 
 #include "common/hash.h"
 
-namespace shardcache::cache {
+namespace shardcache {
 
 struct ChunkKey {
   Hash128 version;   // VersionId(dataset version string)
@@ -45,4 +46,4 @@ struct ChunkKeyHash {
   size_t operator()(const ChunkKey& k) const { return static_cast<size_t>(Fingerprint(k)); }
 };
 
-}  // namespace shardcache::cache
+}  // namespace shardcache
