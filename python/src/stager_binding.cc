@@ -26,15 +26,21 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device.h"
-#include "cuda/dlpack.h"
+#include "gpu/device.h"
+#include "gpu/dlpack.h"
+#include "gpu/stager.h"
+#include "python/src/loader_source.h"
 #include "shardcache/client.h"
-#include "shardcache/stager.h"
 
 namespace shardcache {
 namespace {
 
 namespace py = pybind11;
+using gpu::DeviceBatch;
+using gpu::DeviceTensor;
+using gpu::HostBatch;
+using gpu::Stager;
+using gpu::StagerOptions;
 
 // shardcache.Error, looked up once at registration (module.cc creates it).
 py::handle g_error_type;

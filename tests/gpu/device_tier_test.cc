@@ -8,12 +8,13 @@
 #include <random>
 #include <vector>
 
-#include "cuda/device_tier.h"
-#include "cuda/reference.h"
-#include "shardcache/stager.h"
+#include "gpu/device_tier.h"
+#include "gpu/reference.h"
+#include "gpu/stager.h"
 #include "test_util.h"
 
 using namespace shardcache;
+using namespace shardcache::gpu;
 using gpu::testing::FakeArenaLoader;
 using gpu::testing::MemfdArena;
 

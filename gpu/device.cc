@@ -1,4 +1,4 @@
-#include "cuda/device.h"
+#include "gpu/device.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -10,7 +10,7 @@
 #if SHARDCACHE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "cuda/cuda_status.h"
+#include "gpu/cuda_status.h"
 #endif
 
 namespace shardcache::gpu {

@@ -9,11 +9,13 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/reference.h"
-#include "shardcache/stager.h"
+#include "gpu/reference.h"
+#include "gpu/stager.h"
+#include "python/src/loader_source.h"
 #include "test_util.h"
 
 using namespace shardcache;
+using namespace shardcache::gpu;
 using gpu::testing::FakeArenaLoader;
 using gpu::testing::MemfdArena;
 

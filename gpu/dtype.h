@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/dlpack.h"
+#include "gpu/dlpack.h"
 
 namespace shardcache::gpu {
 

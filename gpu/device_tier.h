@@ -22,8 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cuda/device.h"
-#include "cuda/kernel_args.h"
+#include "gpu/device.h"
+#include "gpu/kernel_args.h"
 
 namespace shardcache::gpu {
 

@@ -1,4 +1,4 @@
-#include "shardcache/stager.h"
+#include "gpu/stager.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,7 +10,7 @@
 #include "common/metrics.h"
 #include "common/units.h"
 
-namespace shardcache {
+namespace shardcache::gpu {
 
 namespace stager_internal {
 
@@ -21,19 +21,19 @@ namespace stager_internal {
 constexpr size_t kMaxConsumerStreams = 4;
 
 struct Slot {
-  gpu::DeviceBuffer raw;                    // the batch as copied
-  std::vector<gpu::DeviceBuffer> outputs;   // converted tensors (empty for the raw layout)
-  gpu::PinnedBuffer bounce;                 // allocated on first use of the bounce path
-  gpu::Event ready;                         // copy + conversion done
-  std::vector<gpu::Event> consumer_events;  // kMaxConsumerStreams, recorded when a lease ends
+  DeviceBuffer raw;                    // the batch as copied
+  std::vector<DeviceBuffer> outputs;   // converted tensors (empty for the raw layout)
+  PinnedBuffer bounce;                 // allocated on first use of the bounce path
+  Event ready;                         // copy + conversion done
+  std::vector<Event> consumer_events;  // kMaxConsumerStreams, recorded when a lease ends
   size_t consumer_events_pending = 0;       // recorded ones the next use must wait for
 };
 
 // The device buffers, shared by the stager and every live batch or DLPack export, so either
 // may go first. Lock order: Lease::mu before Pool::mu.
 struct Pool {
-  explicit Pool(gpu::Device d) : device(d) {}
-  const gpu::Device device;
+  explicit Pool(Device d) : device(d) {}
+  const Device device;
   std::vector<Slot> slots;  // fixed after creation; a slot's contents belong to its holder
 
   std::mutex mu;
@@ -51,12 +51,12 @@ struct Pool {
     return s;
   }
 
-  void Return(size_t s, const std::vector<gpu::NativeStream>& consumers) {
+  void Return(size_t s, const std::vector<NativeStream>& consumers) {
     Slot& slot = slots[s];
     size_t n = 0;
-    for (gpu::NativeStream consumer : consumers) {
+    for (NativeStream consumer : consumers) {
       Status st = n < slot.consumer_events.size() ? slot.consumer_events[n].RecordOn(consumer)
-                                                  : gpu::StreamSynchronize(consumer);
+                                                  : StreamSynchronize(consumer);
       if (!st.ok()) {
         spdlog::error("stager: ordering slot reuse after a consumer stream failed: {}", st.ToString());
       } else if (n < slot.consumer_events.size()) {
@@ -90,7 +90,7 @@ struct Lease {
   std::shared_ptr<Pool> pool;
   const size_t slot;
   std::mutex mu;
-  std::vector<gpu::NativeStream> consumers;  // GUARDED_BY(mu)
+  std::vector<NativeStream> consumers;  // GUARDED_BY(mu)
 };
 
 }  // namespace stager_internal
@@ -134,7 +134,7 @@ struct Stager::Ready {
 };
 
 uint64_t DeviceTensor::bytes() const {
-  uint64_t n = gpu::DTypeBytes(dtype);
+  uint64_t n = DTypeBytes(dtype);
   for (int64_t d : shape) n *= static_cast<uint64_t>(d);
   return n;
 }
@@ -145,14 +145,14 @@ DeviceBatch::~DeviceBatch() = default;
 DeviceBatch::DeviceBatch(DeviceBatch&&) noexcept = default;
 DeviceBatch& DeviceBatch::operator=(DeviceBatch&&) noexcept = default;
 
-gpu::Backend DeviceBatch::backend() const { return lease_->pool->device.backend(); }
+Backend DeviceBatch::backend() const { return lease_->pool->device.backend(); }
 int DeviceBatch::device_ordinal() const { return lease_->pool->device.ordinal(); }
-const gpu::Event& DeviceBatch::ready() const { return lease_->pool->slots[lease_->slot].ready; }
+const Event& DeviceBatch::ready() const { return lease_->pool->slots[lease_->slot].ready; }
 
-Status DeviceBatch::WaitOn(gpu::NativeStream consumer) {
+Status DeviceBatch::WaitOn(NativeStream consumer) {
   if (!lease_) return FailedPrecondition("DeviceBatch::WaitOn on an empty batch");
   if (!lease_->pool->device.is_cuda()) return Status::Ok();
-  SC_RETURN_IF_ERROR(gpu::StreamWaitEvent(consumer, ready()));
+  SC_RETURN_IF_ERROR(StreamWaitEvent(consumer, ready()));
   std::lock_guard<std::mutex> lock(lease_->mu);
   if (std::find(lease_->consumers.begin(), lease_->consumers.end(), consumer) == lease_->consumers.end()) {
     lease_->consumers.push_back(consumer);
@@ -180,7 +180,7 @@ Result<DLManagedTensor*> DeviceBatch::ExportDLPack(size_t index, int64_t stream)
   if (cuda && stream == 0) {
     return InvalidArgument("DLPack export: stream 0 is ambiguous for CUDA; pass 1 (legacy default) or 2 (per-thread)");
   }
-  if (cuda && stream != -1) SC_RETURN_IF_ERROR(WaitOn(reinterpret_cast<gpu::NativeStream>(stream)));
+  if (cuda && stream != -1) SC_RETURN_IF_ERROR(WaitOn(reinterpret_cast<NativeStream>(stream)));
   auto ctx = std::make_unique<DLPackContext>();
   const DeviceTensor& t = tensors_[index];
   ctx->lease = lease_;
@@ -189,7 +189,7 @@ Result<DLManagedTensor*> DeviceBatch::ExportDLPack(size_t index, int64_t stream)
   dl.data = t.data;
   dl.device = cuda ? DLDevice{kDLCUDA, lease_->pool->device.ordinal()} : DLDevice{kDLCPU, 0};
   dl.ndim = static_cast<int32_t>(ctx->shape.size());
-  dl.dtype = gpu::ToDLDataType(t.dtype);
+  dl.dtype = ToDLDataType(t.dtype);
   dl.shape = ctx->shape.data();
   dl.strides = nullptr;
   dl.byte_offset = 0;
@@ -200,7 +200,7 @@ Result<DLManagedTensor*> DeviceBatch::ExportDLPack(size_t index, int64_t stream)
 
 // ---- Stager ------------------------------------------------------------------------------
 
-Stager::Stager(const StagerOptions& options, gpu::Device device) : options_(options), device_(device) {}
+Stager::Stager(const StagerOptions& options, Device device) : options_(options), device_(device) {}
 
 Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
   if (options.depth < 1) return InvalidArgument("stager: depth must be >= 1, got " + std::to_string(options.depth));
@@ -208,30 +208,30 @@ Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
   if ((options.arena == nullptr) != (options.arena_bytes == 0)) {
     return InvalidArgument("stager: arena and arena_bytes must be given together");
   }
-  SC_ASSIGN_OR_RETURN(gpu::Device device, gpu::Device::Open(options.device));
+  SC_ASSIGN_OR_RETURN(Device device, Device::Open(options.device));
   std::unique_ptr<Stager> s(new Stager(options, device));
-  SC_ASSIGN_OR_RETURN(s->converter_, gpu::Converter::Create(options.conversion, options.record_bytes));
+  SC_ASSIGN_OR_RETURN(s->converter_, Converter::Create(options.conversion, options.record_bytes));
   uint64_t max_records = options.max_records;
   if (max_records == 0 && options.record_bytes > 0) max_records = options.max_batch_bytes / options.record_bytes;
   if (!s->converter_.identity() && max_records == 0) {
     return InvalidArgument("stager: max_records is required with a conversion");
   }
   s->options_.max_records = max_records;
-  SC_ASSIGN_OR_RETURN(s->stream_, gpu::Stream::Create(device));
+  SC_ASSIGN_OR_RETURN(s->stream_, Stream::Create(device));
 
   auto pool = std::make_shared<Pool>(device);
   for (int i = 0; i < options.depth; ++i) {
     Slot slot;
-    SC_ASSIGN_OR_RETURN(slot.raw, gpu::DeviceBuffer::Allocate(device, options.max_batch_bytes));
+    SC_ASSIGN_OR_RETURN(slot.raw, DeviceBuffer::Allocate(device, options.max_batch_bytes));
     if (!s->converter_.identity()) {
-      for (const gpu::TensorDesc& d : s->converter_.Outputs(max_records, options.max_batch_bytes)) {
-        SC_ASSIGN_OR_RETURN(gpu::DeviceBuffer out, gpu::DeviceBuffer::Allocate(device, d.bytes()));
+      for (const TensorDesc& d : s->converter_.Outputs(max_records, options.max_batch_bytes)) {
+        SC_ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(device, d.bytes()));
         slot.outputs.push_back(std::move(out));
       }
     }
-    SC_ASSIGN_OR_RETURN(slot.ready, gpu::Event::Create(device));
+    SC_ASSIGN_OR_RETURN(slot.ready, Event::Create(device));
     for (size_t k = 0; k < stager_internal::kMaxConsumerStreams; ++k) {
-      SC_ASSIGN_OR_RETURN(gpu::Event e, gpu::Event::Create(device));
+      SC_ASSIGN_OR_RETURN(Event e, Event::Create(device));
       slot.consumer_events.push_back(std::move(e));
     }
     pool->slots.push_back(std::move(slot));
@@ -240,7 +240,7 @@ Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
   s->pool_ = std::move(pool);
 
   if (options.arena != nullptr && !options.force_bounce) {
-    auto reg = gpu::HostRegistration::Register(device, options.arena, options.arena_bytes,
+    auto reg = HostRegistration::Register(device, options.arena, options.arena_bytes,
                                                   options.arena_read_only);
     if (reg.ok()) {
       s->registration_ = std::move(*reg);
@@ -253,7 +253,7 @@ Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
   }
 
   if (options.device_tier.budget_bytes > 0) {
-    auto tier = gpu::DeviceTier::Create(device, options.device_tier, options.share_bytes, options.share_samples);
+    auto tier = DeviceTier::Create(device, options.device_tier, options.share_bytes, options.share_samples);
     if (tier.ok()) {
       s->tier_ = std::move(*tier);
     } else if (tier.status().code() == StatusCode::kResourceExhausted) {
@@ -265,7 +265,7 @@ Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
 
   s->release_thread_ = std::thread([p = s.get()] { p->ReleaseLoop(); });
   spdlog::info("stager: {} on {}, depth {}, {} per slot, arena {}", options.conversion.kind ==
-               gpu::ConversionSpec::Kind::kNone ? "raw" : "converting", device.Describe(), options.depth,
+               ConversionSpec::Kind::kNone ? "raw" : "converting", device.Describe(), options.depth,
                FormatBytes(options.max_batch_bytes), s->registration_.registered() ? "registered" : "bounced");
   return s;
 }
@@ -387,7 +387,7 @@ Result<Stager::Ready> Stager::Stage(size_t slot_index, HostBatch batch) {
 
   const bool direct = registration_.registered() && registration_.Contains(batch.data, batch.bytes);
   if (direct) {
-    Status st = gpu::CopyAsync(stream_, slot.raw.data(), batch.data, batch.bytes, gpu::CopyKind::kHostToDevice);
+    Status st = CopyAsync(stream_, slot.raw.data(), batch.data, batch.bytes, CopyKind::kHostToDevice);
     if (!st.ok()) return fail(st);
     // Release the arena slot when the copy has run; the callback only queues (no CUDA, no
     // socket I/O on the runtime's callback thread).
@@ -407,7 +407,7 @@ Result<Stager::Ready> Stager::Stage(size_t slot_index, HostBatch batch) {
                           batch.data);
     }
     if (slot.bounce.data() == nullptr) {
-      auto b = gpu::PinnedBuffer::Allocate(device_, options_.max_batch_bytes);
+      auto b = PinnedBuffer::Allocate(device_, options_.max_batch_bytes);
       if (!b.ok()) return fail(b.status());
       slot.bounce = std::move(*b);
     }
@@ -417,7 +417,7 @@ Result<Stager::Ready> Stager::Stage(size_t slot_index, HostBatch batch) {
     std::memcpy(slot.bounce.data(), batch.data, batch.bytes);
     // The arena bytes are in the bounce buffer: the arena slot may go back now.
     if (batch.release) QueueRelease(std::move(batch.release));
-    st = gpu::CopyAsync(stream_, slot.raw.data(), slot.bounce.data(), batch.bytes, gpu::CopyKind::kHostToDevice);
+    st = CopyAsync(stream_, slot.raw.data(), slot.bounce.data(), batch.bytes, CopyKind::kHostToDevice);
     if (!st.ok()) return fail(st);
     bytes_bounced_ += batch.bytes;
   }
@@ -483,7 +483,7 @@ DeviceBatch Stager::MakeBatch(std::shared_ptr<Lease> lease, uint64_t records, ui
                               std::vector<int64_t> ids, std::vector<uint64_t> offsets) {
   DeviceBatch b;
   Slot& slot = pool_->slots[lease->slot];
-  std::vector<gpu::TensorDesc> descs = converter_.Outputs(records, bytes);
+  std::vector<TensorDesc> descs = converter_.Outputs(records, bytes);
   for (size_t i = 0; i < descs.size(); ++i) {
     void* data = converter_.identity() ? slot.raw.data() : slot.outputs[i].data();
     b.tensors_.push_back(DeviceTensor{data, descs[i].dtype, descs[i].shape});
@@ -556,4 +556,4 @@ Stager::Stats Stager::stats() const {
   return s;
 }
 
-}  // namespace shardcache
+}  // namespace shardcache::gpu

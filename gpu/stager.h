@@ -2,7 +2,7 @@
 //
 // A worker thread pulls host batches from a source (the loader), copies each into one of
 // `depth` device buffers with cudaMemcpyAsync on the stager's own stream, runs the loader's
-// fused conversion (gpu::Converter) on the same stream and records a ready event. The trainer
+// fused conversion (Converter) on the same stream and records a ready event. The trainer
 // takes DeviceBatch objects in order with Next() and makes its own stream wait on the ready
 // event (WaitOn or the DLPack export) — the host never waits for a copy. With depth 2, batch
 // k+1 is copied while the trainer computes on batch k.
@@ -26,7 +26,7 @@
 // keeps every staged sample resident on the device; once resident() is true, AssembleResident
 // builds batches from device memory by a gather kernel and no payload moves host → device.
 //
-// Without CUDA or without a GPU the same API runs on host memory (gpu::Backend::kHost): device
+// Without CUDA or without a GPU the same API runs on host memory (Backend::kHost): device
 // pointers are host pointers, copies are memcpy, events are always complete.
 //
 // Thread safety: Start/Next/AssembleResident are called by one consumer thread at a time;
@@ -38,22 +38,20 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "common/status.h"
-#include "cuda/convert.h"
-#include "cuda/device.h"
-#include "cuda/device_tier.h"
-#include "cuda/dlpack.h"
+#include "gpu/convert.h"
+#include "gpu/device.h"
+#include "gpu/device_tier.h"
+#include "gpu/dlpack.h"
 
-namespace shardcache {
+namespace shardcache::gpu {
 
 // A batch in host memory (usually an arena slot of the daemon's shared memory).
 struct HostBatch {
@@ -87,8 +85,8 @@ struct StagerOptions {
   // Record size of the dataset (0 = variable-size samples; only the kNone conversion then).
   uint64_t record_bytes = 0;
   // Fused conversion run after the copy. Default: none (raw bytes).
-  gpu::ConversionSpec conversion;
-  gpu::DeviceOptions device;
+  ConversionSpec conversion;
+  DeviceOptions device;
   // The shared-memory arena batches point into; registered once for the stager's lifetime.
   // nullptr: no registration, every batch goes through the bounce pool.
   void* arena = nullptr;
@@ -98,7 +96,7 @@ struct StagerOptions {
   // Use the bounce pool even when the arena could be registered (tests, benchmark baseline).
   bool force_bounce = false;
   // Device-memory tier: kept off unless budget_bytes covers share_bytes.
-  gpu::DeviceTierOptions device_tier;
+  DeviceTierOptions device_tier;
   uint64_t share_bytes = 0;    // this rank's bytes per epoch
   uint64_t share_samples = 0;  // this rank's samples per epoch
 };
@@ -110,7 +108,7 @@ struct Lease;
 
 struct DeviceTensor {
   void* data = nullptr;  // device memory (host memory on the host backend)
-  gpu::DType dtype = gpu::DType::kUInt8;
+  DType dtype = DType::kUInt8;
   std::vector<int64_t> shape;
   uint64_t bytes() const;
 };
@@ -131,15 +129,15 @@ class DeviceBatch {
   const std::vector<int64_t>& sample_ids() const { return sample_ids_; }
   // Raw layout only (kNone): where each sample starts in tensor(0).
   const std::vector<uint64_t>& sample_offsets() const { return sample_offsets_; }
-  gpu::Backend backend() const;
+  Backend backend() const;
   int device_ordinal() const;
   // Complete once the batch's bytes and conversion are in device memory.
-  const gpu::Event& ready() const;
+  const Event& ready() const;
 
   // Makes `consumer` wait (on the device) for ready(), and remembers it: the buffer is reused
   // only after the work `consumer` has queued by the time this batch is dropped.
   // REQUIRES: consumer outlives this batch. No-op on the host backend.
-  Status WaitOn(gpu::NativeStream consumer);
+  Status WaitOn(NativeStream consumer);
 
   // DLPack export of tensor(index), following the Python array API's __dlpack__(stream=):
   // stream -1: no synchronisation; 1: the legacy default stream; 2: the per-thread default
@@ -156,62 +154,6 @@ class DeviceBatch {
   std::vector<int64_t> sample_ids_;
   std::vector<uint64_t> sample_offsets_;
 };
-
-// Adapts a libshardcache Loader (shardcache/client.h) into a HostBatchSource: each Batch
-// becomes a HostBatch whose release returns the arena slot (Batch::Release) from the stager's
-// release thread; OutOfRange ("end of epoch") ends the epoch. A template so that this header
-// needs neither client.h nor its library; any type with Loader's Next()/Batch shape works.
-// REQUIRES: loader outlives the epoch being staged.
-template <typename LoaderT>
-HostBatchSource SourceFromLoader(LoaderT& loader) {
-  return [&loader]() -> Result<std::optional<HostBatch>> {
-    // Slots of staged batches come back from the stager's release thread, which can lag the
-    // worker on a loaded machine: wait for them for a while before reporting exhaustion (a
-    // trainer that really holds every slot still gets ResourceExhausted).
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    auto next = loader.Next();
-    while (!next.ok() && next.status().code() == StatusCode::kResourceExhausted &&
-           std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      next = loader.Next();
-    }
-    if (!next.ok()) {
-      if (next.status().code() == StatusCode::kOutOfRange) return std::optional<HostBatch>();
-      return next.status();
-    }
-    // std::function needs a copyable callable: share the move-only Batch.
-    auto batch = std::make_shared<std::decay_t<decltype(*next)>>(std::move(*next));
-    HostBatch hb;
-    hb.data = batch->data();
-    hb.bytes = batch->payload_bytes();
-    hb.records = batch->size();
-    hb.record_bytes = batch->record_bytes();
-    hb.sample_ids.assign(batch->sample_ids().begin(), batch->sample_ids().end());
-    if (hb.record_bytes == 0) {
-      uint64_t off = 0;
-      for (size_t i = 0; i < batch->size(); ++i) {
-        // Samples lie back to back in batch order (client.h).
-        hb.sample_offsets.push_back(off);
-        hb.sample_lengths.push_back(batch->sample(i).size);
-        off += batch->sample(i).size;
-      }
-    }
-    hb.release = [batch] { (void)batch->Release(); };
-    return std::optional<HostBatch>(std::move(hb));
-  };
-}
-
-// StagerOptions for a connected libshardcache Client: its arena (registered read-only, as the
-// client maps it) and slot size. Set depth, conversion, device tier and record_bytes on top.
-template <typename ClientT>
-StagerOptions StagerOptionsForClient(const ClientT& client) {
-  StagerOptions o;
-  o.arena = const_cast<uint8_t*>(client.arena_data());
-  o.arena_bytes = client.arena_bytes();
-  o.arena_read_only = true;
-  o.max_batch_bytes = client.slot_bytes();
-  return o;
-}
 
 class Stager {
  public:
@@ -244,12 +186,12 @@ class Stager {
   // FailedPrecondition before resident(); NotFound for an unknown sample.
   Result<DeviceBatch> AssembleResident(std::span<const int64_t> sample_ids);
 
-  const gpu::Device& device() const { return device_; }
+  const Device& device() const { return device_; }
   Stats stats() const;
 
  private:
   struct Ready;  // a staged batch waiting in the ready queue, or the epoch's end / error
-  Stager(const StagerOptions& options, gpu::Device device);
+  Stager(const StagerOptions& options, Device device);
   void WorkerLoop(HostBatchSource source);
   void ReleaseLoop();
   // Stages one host batch into a free slot; returns the ready entry.
@@ -261,11 +203,11 @@ class Stager {
   void StopWorker();
 
   StagerOptions options_;  // constant after Create
-  const gpu::Device device_;
-  gpu::Converter converter_;
-  gpu::Stream stream_;  // the stager's copy stream
-  gpu::HostRegistration registration_;
-  std::unique_ptr<gpu::DeviceTier> tier_;
+  const Device device_;
+  Converter converter_;
+  Stream stream_;  // the stager's copy stream
+  HostRegistration registration_;
+  std::unique_ptr<DeviceTier> tier_;
   std::shared_ptr<stager_internal::Pool> pool_;
 
   // Ready queue: worker → Next().
@@ -287,4 +229,4 @@ class Stager {
   std::atomic<uint64_t> batches_staged_{0}, bytes_staged_{0}, bytes_bounced_{0}, batches_gathered_{0};
 };
 
-}  // namespace shardcache
+}  // namespace shardcache::gpu
