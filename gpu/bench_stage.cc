@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
   auto reg_t0 = Clock::now();
   auto stager = Check(Stager::Create(StagerFor(a, dev, arena, false)), "stager");
   double register_s = std::chrono::duration<double>(Clock::now() - reg_t0).count();
-  if (!stager->stats().arena_registered) std::printf("  NOTE: arena registration failed; stager bounces\n");
+  if (!stager->Stats().arena_registered) std::printf("  NOTE: arena registration failed; stager bounces\n");
   (void)StagerRate(a, dev, arena, *stager, std::max(4, a.batches / 10));
   double staged = StagerRate(a, dev, arena, *stager, a.batches);
   double over_peak = staged / peak;

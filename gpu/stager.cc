@@ -7,7 +7,6 @@
 #include <spdlog/spdlog.h>
 
 #include "common/log.h"
-#include "common/metrics.h"
 #include "common/units.h"
 
 namespace shardcache::gpu {
@@ -100,20 +99,6 @@ using stager_internal::Pool;
 using stager_internal::Slot;
 
 namespace {
-
-metrics::Counter* StagedBytes(bool bounce) {
-  static metrics::Counter* direct = metrics::Registry::Global().GetCounter(
-      "shardcache_gpu_staged_bytes_total", "Bytes staged into device buffers", {{"path", "direct"}});
-  static metrics::Counter* bounced = metrics::Registry::Global().GetCounter(
-      "shardcache_gpu_staged_bytes_total", "Bytes staged into device buffers", {{"path", "bounce"}});
-  return bounce ? bounced : direct;
-}
-
-metrics::Counter* StagedBatches() {
-  static metrics::Counter* c = metrics::Registry::Global().GetCounter(
-      "shardcache_gpu_staged_batches_total", "Batches staged into device buffers (copied or gathered)");
-  return c;
-}
 
 struct ReleaseCall {
   Stager* stager;
@@ -421,7 +406,6 @@ Result<Stager::Ready> Stager::Stage(size_t slot_index, HostBatch batch) {
     if (!st.ok()) return fail(st);
     bytes_bounced_ += batch.bytes;
   }
-  StagedBytes(!direct)->Add(batch.bytes);
 
   Ready ready;
   ready.records = batch.records;
@@ -449,7 +433,6 @@ Result<Stager::Ready> Stager::Stage(size_t slot_index, HostBatch batch) {
   ready.ids = std::move(batch.sample_ids);
   batches_staged_ += 1;
   bytes_staged_ += batch.bytes;
-  StagedBatches()->Add();
   return ready;
 }
 
@@ -540,19 +523,21 @@ Result<DeviceBatch> Stager::AssembleResident(std::span<const int64_t> sample_ids
   }
   SC_RETURN_IF_ERROR(slot.ready.Record(stream_));
   batches_gathered_ += 1;
-  StagedBatches()->Add();
   if (options_.record_bytes > 0) offsets.clear();
   return MakeBatch(std::move(lease), sample_ids.size(), bytes,
                    std::vector<int64_t>(sample_ids.begin(), sample_ids.end()), std::move(offsets));
 }
 
-Stager::Stats Stager::stats() const {
-  Stats s;
+StagerStats Stager::Stats() const {
+  StagerStats s;
   s.batches_staged = batches_staged_.load();
   s.bytes_staged = bytes_staged_.load();
   s.bytes_bounced = bytes_bounced_.load();
   s.batches_gathered = batches_gathered_.load();
   s.arena_registered = registration_.registered();
+  const H2DBytes h2d = stream_.h2d_bytes();
+  s.h2d_payload_bytes = h2d.payload;
+  s.h2d_index_bytes = h2d.index;
   return s;
 }
 

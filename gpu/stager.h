@@ -155,15 +155,22 @@ class DeviceBatch {
   std::vector<uint64_t> sample_offsets_;
 };
 
+// What one stager has done since Create. These are the stager's only counters: the trainer
+// process renders no metrics, so it reads them here (Python: Stager.stats()).
+struct StagerStats {
+  uint64_t batches_staged = 0;    // copied from host batches
+  uint64_t bytes_staged = 0;
+  uint64_t bytes_bounced = 0;     // of bytes_staged, copied through the bounce pool
+  uint64_t batches_gathered = 0;  // assembled from the device tier (AssembleResident)
+  bool arena_registered = false;
+  // Host-to-device bytes on the stager's stream: batch payload, and the device tier's gather
+  // indexes (24 bytes per sample). Epochs served from the device tier add no payload bytes.
+  uint64_t h2d_payload_bytes = 0;
+  uint64_t h2d_index_bytes = 0;
+};
+
 class Stager {
  public:
-  struct Stats {
-    uint64_t batches_staged = 0;
-    uint64_t bytes_staged = 0;
-    uint64_t bytes_bounced = 0;   // of bytes_staged, copied through the bounce pool
-    uint64_t batches_gathered = 0;
-    bool arena_registered = false;
-  };
 
   // Allocates the device pool, registers the arena and, when it fits, the device tier.
   static Result<std::unique_ptr<Stager>> Create(const StagerOptions& options);
@@ -187,7 +194,7 @@ class Stager {
   Result<DeviceBatch> AssembleResident(std::span<const int64_t> sample_ids);
 
   const Device& device() const { return device_; }
-  Stats stats() const;
+  StagerStats Stats() const;
 
  private:
   struct Ready;  // a staged batch waiting in the ready queue, or the epoch's end / error

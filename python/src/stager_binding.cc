@@ -298,12 +298,15 @@ class PyStager {
     return py::make_tuple(static_cast<int>(kDLCPU), 0);
   }
   py::dict stats() const {
-    const Stager::Stats s = stager_->stats();
+    const gpu::StagerStats s = stager_->Stats();
     py::dict d;
     d["batches_staged"] = s.batches_staged;
     d["bytes_staged"] = s.bytes_staged;
     d["bytes_bounced"] = s.bytes_bounced;
+    d["batches_gathered"] = s.batches_gathered;
     d["arena_registered"] = s.arena_registered;
+    d["h2d_payload_bytes"] = s.h2d_payload_bytes;
+    d["h2d_index_bytes"] = s.h2d_index_bytes;
     return d;
   }
 
