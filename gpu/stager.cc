@@ -331,87 +331,99 @@ void Stager::WorkerLoop(HostBatchSource source) {
 }
 
 Result<Stager::Ready> Stager::Stage(size_t slot_index, HostBatch batch) {
-  // Every path out of here hands batch.release to the release thread exactly once.
-  auto fail = [&](Status st) -> Result<Ready> {
+  Slot& slot = pool_->slots[slot_index];
+  Status st = CheckBatch(batch);
+  if (st.ok()) st = CopyIn(slot, batch);
+  if (st.ok()) st = Process(slot, batch);
+  if (!st.ok()) {
+    // Every path out of here hands batch.release to the release thread exactly once: the copy
+    // has handed it on already, or it goes now.
     if (batch.release) QueueRelease(std::move(batch.release));
     return st;
-  };
-  const uint64_t rb = batch.record_bytes;
-  if (batch.data == nullptr && batch.bytes > 0) return fail(InvalidArgument("stager: host batch without data"));
-  if (batch.bytes > options_.max_batch_bytes) {
-    return fail(InvalidArgument("stager: batch of " + std::to_string(batch.bytes) + " bytes exceeds max_batch_bytes " +
-                                std::to_string(options_.max_batch_bytes)));
   }
-  if (rb != options_.record_bytes) {
-    return fail(InvalidArgument("stager: batch record_bytes " + std::to_string(rb) + " != the stager's " +
-                                std::to_string(options_.record_bytes)));
-  }
-  if (rb > 0 && batch.bytes != batch.records * rb) {
-    return fail(InvalidArgument("stager: batch of " + std::to_string(batch.records) + " records of " +
-                                std::to_string(rb) + " bytes holds " + std::to_string(batch.bytes) + " bytes"));
-  }
-  if (options_.max_records > 0 && batch.records > options_.max_records) {
-    return fail(InvalidArgument("stager: batch of " + std::to_string(batch.records) + " records exceeds max_records " +
-                                std::to_string(options_.max_records)));
-  }
-  if (!batch.sample_ids.empty() && batch.sample_ids.size() != batch.records) {
-    return fail(InvalidArgument("stager: " + std::to_string(batch.sample_ids.size()) + " sample ids for " +
-                                std::to_string(batch.records) + " records"));
-  }
-  if (rb == 0 && (batch.sample_offsets.size() != batch.records || batch.sample_lengths.size() != batch.records)) {
-    return fail(InvalidArgument("stager: variable-size batch needs one offset and length per sample"));
-  }
-
-  Slot& slot = pool_->slots[slot_index];
-  // The slot's previous consumers must be done with it before it is overwritten.
-  for (size_t i = 0; i < slot.consumer_events_pending; ++i) {
-    Status st = stream_.WaitEvent(slot.consumer_events[i]);
-    if (!st.ok()) return fail(st);
-  }
-  slot.consumer_events_pending = 0;
-
-  const bool direct = registration_.registered() && registration_.Contains(batch.data, batch.bytes);
-  if (direct) {
-    Status st = CopyAsync(stream_, slot.raw.data(), batch.data, batch.bytes, CopyKind::kHostToDevice);
-    if (!st.ok()) return fail(st);
-    // Release the arena slot when the copy has run; the callback only queues (no CUDA, no
-    // socket I/O on the runtime's callback thread).
-    if (batch.release) {
-      auto* call = new ReleaseCall{this, std::move(batch.release)};
-      Status hs = stream_.LaunchHostFunc(&Stager::OnCopyDone, call);
-      if (!hs.ok()) {
-        batch.release = std::move(call->fn);
-        delete call;
-        (void)stream_.Synchronize();  // the copy must be finished before the slot goes back
-        return fail(hs);
-      }
-    }
-  } else {
-    if (options_.arena != nullptr && !options_.force_bounce && registration_.registered()) {
-      SC_LOG_RATE_LIMITED(spdlog::level::warn, "stager: batch at {} lies outside the registered arena; bouncing",
-                          batch.data);
-    }
-    if (slot.bounce.data() == nullptr) {
-      auto b = PinnedBuffer::Allocate(device_, options_.max_batch_bytes);
-      if (!b.ok()) return fail(b.status());
-      slot.bounce = std::move(*b);
-    }
-    // The previous H2D copy out of this bounce buffer must be finished before it is rewritten.
-    Status st = slot.ready.Synchronize();
-    if (!st.ok()) return fail(st);
-    std::memcpy(slot.bounce.data(), batch.data, batch.bytes);
-    // The arena bytes are in the bounce buffer: the arena slot may go back now.
-    if (batch.release) QueueRelease(std::move(batch.release));
-    st = CopyAsync(stream_, slot.raw.data(), slot.bounce.data(), batch.bytes, CopyKind::kHostToDevice);
-    if (!st.ok()) return fail(st);
-    bytes_bounced_ += batch.bytes;
-  }
-
   Ready ready;
   ready.records = batch.records;
   ready.bytes = batch.bytes;
-  if (rb == 0) ready.offsets = batch.sample_offsets;
+  if (batch.record_bytes == 0) ready.offsets = batch.sample_offsets;
+  ready.ids = std::move(batch.sample_ids);
+  batches_staged_ += 1;
+  bytes_staged_ += batch.bytes;
+  return ready;
+}
 
+Status Stager::CheckBatch(const HostBatch& batch) const {
+  const uint64_t rb = batch.record_bytes;
+  if (batch.data == nullptr && batch.bytes > 0) return InvalidArgument("stager: host batch without data");
+  if (batch.bytes > options_.max_batch_bytes) {
+    return InvalidArgument("stager: batch of " + std::to_string(batch.bytes) + " bytes exceeds max_batch_bytes " +
+                           std::to_string(options_.max_batch_bytes));
+  }
+  if (rb != options_.record_bytes) {
+    return InvalidArgument("stager: batch record_bytes " + std::to_string(rb) + " != the stager's " +
+                           std::to_string(options_.record_bytes));
+  }
+  if (rb > 0 && batch.bytes != batch.records * rb) {
+    return InvalidArgument("stager: batch of " + std::to_string(batch.records) + " records of " +
+                           std::to_string(rb) + " bytes holds " + std::to_string(batch.bytes) + " bytes");
+  }
+  if (options_.max_records > 0 && batch.records > options_.max_records) {
+    return InvalidArgument("stager: batch of " + std::to_string(batch.records) + " records exceeds max_records " +
+                           std::to_string(options_.max_records));
+  }
+  if (!batch.sample_ids.empty() && batch.sample_ids.size() != batch.records) {
+    return InvalidArgument("stager: " + std::to_string(batch.sample_ids.size()) + " sample ids for " +
+                           std::to_string(batch.records) + " records");
+  }
+  if (rb == 0 && (batch.sample_offsets.size() != batch.records || batch.sample_lengths.size() != batch.records)) {
+    return InvalidArgument("stager: variable-size batch needs one offset and length per sample");
+  }
+  return Status::Ok();
+}
+
+Status Stager::CopyIn(Slot& slot, HostBatch& batch) {
+  // The slot's previous consumers must be done with it before it is overwritten.
+  for (size_t i = 0; i < slot.consumer_events_pending; ++i) SC_RETURN_IF_ERROR(stream_.WaitEvent(slot.consumer_events[i]));
+  slot.consumer_events_pending = 0;
+  if (registration_.registered() && registration_.Contains(batch.data, batch.bytes)) return CopyDirect(slot, batch);
+  return CopyBounced(slot, batch);
+}
+
+Status Stager::CopyDirect(Slot& slot, HostBatch& batch) {
+  SC_RETURN_IF_ERROR(CopyAsync(stream_, slot.raw.data(), batch.data, batch.bytes, CopyKind::kHostToDevice));
+  if (!batch.release) return Status::Ok();
+  // Release the arena slot when the copy has run; the callback only queues (no CUDA, no
+  // socket I/O on the runtime's callback thread).
+  auto* call = new ReleaseCall{this, std::move(batch.release)};
+  Status hs = stream_.LaunchHostFunc(&Stager::OnCopyDone, call);
+  if (!hs.ok()) {
+    batch.release = std::move(call->fn);
+    delete call;
+    (void)stream_.Synchronize();  // the copy must be finished before the slot goes back
+  }
+  return hs;
+}
+
+Status Stager::CopyBounced(Slot& slot, HostBatch& batch) {
+  if (options_.arena != nullptr && !options_.force_bounce && registration_.registered()) {
+    SC_LOG_RATE_LIMITED(spdlog::level::warn, "stager: batch at {} lies outside the registered arena; bouncing",
+                        batch.data);
+  }
+  if (slot.bounce.data() == nullptr) {
+    SC_ASSIGN_OR_RETURN(slot.bounce, PinnedBuffer::Allocate(device_, options_.max_batch_bytes));
+  }
+  // The previous H2D copy out of this bounce buffer must be finished before it is rewritten.
+  SC_RETURN_IF_ERROR(slot.ready.Synchronize());
+  std::memcpy(slot.bounce.data(), batch.data, batch.bytes);
+  // The arena bytes are in the bounce buffer: the arena slot may go back now.
+  if (batch.release) QueueRelease(std::move(batch.release));
+  SC_RETURN_IF_ERROR(
+      CopyAsync(stream_, slot.raw.data(), slot.bounce.data(), batch.bytes, CopyKind::kHostToDevice));
+  bytes_bounced_ += batch.bytes;
+  return Status::Ok();
+}
+
+Status Stager::Process(Slot& slot, const HostBatch& batch) {
+  const uint64_t rb = batch.record_bytes;
   if (tier_ != nullptr && !batch.sample_ids.empty() && !tier_->complete()) {
     std::vector<uint64_t> offsets = batch.sample_offsets, lengths = batch.sample_lengths;
     if (rb > 0) {
@@ -419,21 +431,14 @@ Result<Stager::Ready> Stager::Stage(size_t slot_index, HostBatch batch) {
       lengths.assign(batch.records, rb);
       for (uint64_t i = 0; i < batch.records; ++i) offsets[i] = i * rb;
     }
-    Status st = tier_->Ingest(stream_, slot.raw.data(), batch.sample_ids, offsets, lengths);
-    if (!st.ok()) return fail(st);
+    SC_RETURN_IF_ERROR(tier_->Ingest(stream_, slot.raw.data(), batch.sample_ids, offsets, lengths));
   }
   if (!converter_.identity()) {
     std::vector<void*> outs;
     for (auto& o : slot.outputs) outs.push_back(o.data());
-    Status st = converter_.Run(stream_, slot.raw.data(), batch.records, outs);
-    if (!st.ok()) return fail(st);
+    SC_RETURN_IF_ERROR(converter_.Run(stream_, slot.raw.data(), batch.records, outs));
   }
-  Status st = slot.ready.Record(stream_);
-  if (!st.ok()) return fail(st);
-  ready.ids = std::move(batch.sample_ids);
-  batches_staged_ += 1;
-  bytes_staged_ += batch.bytes;
-  return ready;
+  return slot.ready.Record(stream_);
 }
 
 void Stager::OnCopyDone(void* arg) {

@@ -102,6 +102,7 @@ struct StagerOptions {
 };
 
 namespace stager_internal {
+struct Slot;
 struct Pool;
 struct Lease;
 }  // namespace stager_internal
@@ -201,8 +202,18 @@ class Stager {
   Stager(const StagerOptions& options, Device device);
   void WorkerLoop(HostBatchSource source);
   void ReleaseLoop();
-  // Stages one host batch into a free slot; returns the ready entry.
+  // Stages one host batch into a free slot; returns the ready entry. The steps below may leave
+  // batch.release set on error; Stage hands it to the release thread then.
   Result<Ready> Stage(size_t slot, HostBatch batch);
+  Status CheckBatch(const HostBatch& batch) const;
+  // Waits for the slot's previous consumers, then copies the batch into the slot directly from
+  // the registered arena or through the slot's bounce buffer; hands batch.release on once the
+  // arena bytes are no longer needed.
+  Status CopyIn(stager_internal::Slot& slot, HostBatch& batch);
+  Status CopyDirect(stager_internal::Slot& slot, HostBatch& batch);
+  Status CopyBounced(stager_internal::Slot& slot, HostBatch& batch);
+  // Device-tier ingest (epoch 1), the conversion, and the slot's ready event.
+  Status Process(stager_internal::Slot& slot, const HostBatch& batch);
   DeviceBatch MakeBatch(std::shared_ptr<stager_internal::Lease> lease, uint64_t records, uint64_t bytes,
                         std::vector<int64_t> ids, std::vector<uint64_t> offsets);
   void QueueRelease(std::function<void()> release);

@@ -23,7 +23,6 @@ SOURCE = os.path.abspath(os.path.join(HERE, "../.."))
 # file:function -> length when the check was added (to be split; see issue 15).
 KNOWN = {
     "client/src/client.cc:LoaderCore::NextOnce": 91,
-    "gpu/stager.cc:Stager::Stage": 105,
     "client/tools/trainer_bench.cc:main": 103,
     "daemon/admin/admin_server.cc:AdminServer::Route": 82,
     "daemon/cache/cached_source.cc:CachedSource::ReadChunks": 146,
