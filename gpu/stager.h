@@ -45,11 +45,12 @@
 #include <thread>
 #include <vector>
 
+#include <dlpack/dlpack.h>
+
 #include "common/status.h"
 #include "gpu/convert.h"
 #include "gpu/device.h"
 #include "gpu/device_tier.h"
-#include "gpu/dlpack.h"
 
 namespace shardcache::gpu {
 

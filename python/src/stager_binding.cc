@@ -26,8 +26,9 @@
 #include <string>
 #include <vector>
 
+#include <dlpack/dlpack.h>
+
 #include "gpu/device.h"
-#include "gpu/dlpack.h"
 #include "gpu/stager.h"
 #include "python/src/loader_source.h"
 #include "shardcache/client.h"

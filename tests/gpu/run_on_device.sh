@@ -72,7 +72,8 @@ log "GPU: $GPU (arch $CC); nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo 
 have_deps() {
   command -v cmake >/dev/null && command -v nvcc >/dev/null && command -v protoc >/dev/null &&
     command -v grpc_cpp_plugin >/dev/null && pkg-config --exists libxxhash liburing libzstd tomlplusplus 2>/dev/null &&
-    [ -f /usr/include/catch2/catch.hpp ] && [ -d /usr/include/spdlog ] && [ -d /usr/include/rocksdb ]
+    [ -f /usr/include/catch2/catch.hpp ] && [ -d /usr/include/spdlog ] && [ -d /usr/include/rocksdb ] &&
+    [ -f /usr/include/dlpack/dlpack.h ]
 }
 build() {
   log "configuring $BUILD with CUDA for sm_${CC}"
