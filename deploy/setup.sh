@@ -11,7 +11,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev liburing-dev libzstd-dev libspdlog-dev libfmt-dev catch2
   # helpers preferred over hand-written code
-  libxxhash-dev libtomlplusplus-dev libcli11-dev libcpp-httplib-dev libssl-dev libsystemd-dev nlohmann-json3-dev
+  libxxhash-dev libtomlplusplus-dev libcli11-dev libdlpack-dev libcpp-httplib-dev libssl-dev libsystemd-dev nlohmann-json3-dev
   # python client
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch python3-pil
   # fuzzing (libFuzzer ships with clang)

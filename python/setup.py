@@ -3,7 +3,7 @@
 The extension is built by the project's own CMake (SHARDCACHE_PYTHON_ONLY: the client library,
 GPU staging when nvcc is present, and the bindings), so pip and `make` compile the same code.
 Needs a shardcache source tree around this directory, cmake and the Debian packages
-deploy/setup.sh installs for the client (protobuf, spdlog, xxhash, pybind11). Offline, use
+deploy/setup.sh installs for the client (protobuf, spdlog, xxhash, pybind11, dlpack). Offline, use
 `pip install --no-build-isolation ./python` so pip takes the system setuptools.
 """
 import os

@@ -300,4 +300,6 @@ class Stager:
         """Where staged batches live."""
 
     def stats(self) -> Dict[str, Any]:
-        """Copy figures: batches, bytes, time waited for the daemon and for the device."""
+        """This stager's counters (the trainer process has no metrics endpoint): batches_staged,
+        bytes_staged, bytes_bounced, batches_gathered, arena_registered, h2d_payload_bytes,
+        h2d_index_bytes."""

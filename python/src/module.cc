@@ -10,6 +10,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <dlpack/dlpack.h>
+
 #include <algorithm>
 #include <array>
 #include <map>
@@ -25,33 +27,6 @@ namespace py = pybind11;
 using namespace shardcache;
 
 namespace {
-
-// ---- DLPack (v0.8 ABI, as numpy >= 1.22 and torch consume it)
-struct DLDevice {
-  int32_t device_type;
-  int32_t device_id;
-};
-struct DLDataType {
-  uint8_t code;
-  uint8_t bits;
-  uint16_t lanes;
-};
-struct DLTensor {
-  void* data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t* shape;
-  int64_t* strides;
-  uint64_t byte_offset;
-};
-struct DLManagedTensor {
-  DLTensor dl_tensor;
-  void* manager_ctx;
-  void (*deleter)(DLManagedTensor*);
-};
-constexpr int32_t kDLCPU = 1;
-constexpr uint8_t kDLUInt = 1;
 
 class Error : public std::runtime_error {
  public:
@@ -438,7 +413,7 @@ PYBIND11_MODULE(_shardcache, m) {
            "(names, table): an int64 array [1 + 2 * len(names), B] of the sample ids, then per field "
            "the offsets (from the payload start) and lengths (-1 where absent)")
       .def("__dlpack__", &PyBatch::dlpack, py::kw_only(), py::arg("stream") = py::none())
-      .def("__dlpack_device__", [](const PyBatch&) { return py::make_tuple(kDLCPU, 0); })
+      .def("__dlpack_device__", [](const PyBatch&) { return py::make_tuple(static_cast<int>(kDLCPU), 0); })
       .def("payload", [](const PyBatch& b) { return PyPayload{b}; },
            "the whole payload as one uint8 vector for torch.from_dlpack / numpy.from_dlpack (any dataset)")
       .def("release", &PyBatch::release, "return the slot now (no views may remain)");
@@ -446,7 +421,7 @@ PYBIND11_MODULE(_shardcache, m) {
   py::class_<PyPayload>(m, "Payload", "a batch's payload bytes as a 1-D uint8 DLPack tensor")
       .def("__dlpack__", [](const PyPayload& p, py::object stream) { return p.batch.payload_dlpack(stream); },
            py::kw_only(), py::arg("stream") = py::none())
-      .def("__dlpack_device__", [](const PyPayload&) { return py::make_tuple(kDLCPU, 0); });
+      .def("__dlpack_device__", [](const PyPayload&) { return py::make_tuple(static_cast<int>(kDLCPU), 0); });
 
   py::class_<PyLoader>(m, "Loader")
       .def("__iter__", &PyLoader::iter, py::return_value_policy::reference_internal)

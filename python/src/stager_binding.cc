@@ -26,15 +26,22 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device.h"
-#include "cuda/dlpack.h"
+#include <dlpack/dlpack.h>
+
+#include "gpu/device.h"
+#include "gpu/stager.h"
+#include "python/src/loader_source.h"
 #include "shardcache/client.h"
-#include "shardcache/stager.h"
 
 namespace shardcache {
 namespace {
 
 namespace py = pybind11;
+using gpu::DeviceBatch;
+using gpu::DeviceTensor;
+using gpu::HostBatch;
+using gpu::Stager;
+using gpu::StagerOptions;
 
 // shardcache.Error, looked up once at registration (module.cc creates it).
 py::handle g_error_type;
@@ -292,12 +299,15 @@ class PyStager {
     return py::make_tuple(static_cast<int>(kDLCPU), 0);
   }
   py::dict stats() const {
-    const Stager::Stats s = stager_->stats();
+    const gpu::StagerStats s = stager_->Stats();
     py::dict d;
     d["batches_staged"] = s.batches_staged;
     d["bytes_staged"] = s.bytes_staged;
     d["bytes_bounced"] = s.bytes_bounced;
+    d["batches_gathered"] = s.batches_gathered;
     d["arena_registered"] = s.arena_registered;
+    d["h2d_payload_bytes"] = s.h2d_payload_bytes;
+    d["h2d_index_bytes"] = s.h2d_index_bytes;
     return d;
   }
 

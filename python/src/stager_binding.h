@@ -1,10 +1,10 @@
-// Python binding of the GPU stager (client/include/shardcache/stager.h): shardcache.Stager,
+// Python binding of the GPU stager (gpu/stager.h): shardcache.Stager,
 // shardcache.DeviceBatch, shardcache.DeviceTensor and shardcache.cuda_available().
 //
-// Kept in its own translation unit because it includes cuda/dlpack.h, whose DLPack structs
-// clash with the private copies in module.cc. The module's init calls RegisterStager once,
-// after it has registered Client and Error, and passes how to get the C++ Client out of a
-// shardcache.Client object (its type is private to module.cc).
+// Kept in its own translation unit (module.cc is the client's binding, this one GPU staging's).
+// The module's init calls RegisterStager once, after it has registered Client and Error, and
+// passes how to get the C++ Client out of a shardcache.Client object (its type is private to
+// module.cc).
 //
 // Thread safety: called once, with the GIL held, from the module's init.
 #pragma once

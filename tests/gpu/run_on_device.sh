@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU staging on a machine with an NVIDIA GPU: builds (or takes prebuilt) cuda_test and
+# GPU staging on a machine with an NVIDIA GPU: builds (or takes prebuilt) gpu_test and
 # bench_stage, runs the [gpu] test cases (byte-exact staging, kernels against their CPU
 # references, the device-memory tier) and the GPU benchmark (stager H2D rate next to a plain
 # pinned cudaMemcpyAsync = over_peak; stall_fraction of a synthetic training loop whose step is
@@ -37,11 +37,11 @@ json_escape() { python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().s
 pack() {
   local b=$ROOT/build-gpu-pack
   cmake -S "$ROOT" -B "$b" -DCMAKE_CUDA_ARCHITECTURES="80-real;90" >/dev/null || return 1
-  nice cmake --build "$b" -j "$(nproc)" --target cuda_test bench_stage || return 1
+  nice cmake --build "$b" -j "$(nproc)" --target gpu_test bench_stage || return 1
   rm -rf "$PREBUILT" && mkdir -p "$PREBUILT/bin" "$PREBUILT/lib"
-  for t in cuda_test bench_stage; do strip -o "$PREBUILT/bin/$t" "$b/bin/$t" || return 1; done
+  for t in gpu_test bench_stage; do strip -o "$PREBUILT/bin/$t" "$b/bin/$t" || return 1; done
   # Shared libraries a bare Debian/Ubuntu box may lack: everything but libc/libstdc++/libgcc/libm.
-  ldd "$b/bin/cuda_test" "$b/bin/bench_stage" | awk '/=> \//{print $3}' | sort -u |
+  ldd "$b/bin/gpu_test" "$b/bin/bench_stage" | awk '/=> \//{print $3}' | sort -u |
     grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" "$PREBUILT/lib/"; done
   git -C "$ROOT" rev-parse HEAD > "$PREBUILT/STAMP" 2>/dev/null || date > "$PREBUILT/STAMP"
@@ -72,16 +72,17 @@ log "GPU: $GPU (arch $CC); nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo 
 have_deps() {
   command -v cmake >/dev/null && command -v nvcc >/dev/null && command -v protoc >/dev/null &&
     command -v grpc_cpp_plugin >/dev/null && pkg-config --exists libxxhash liburing libzstd tomlplusplus 2>/dev/null &&
-    [ -f /usr/include/catch2/catch.hpp ] && [ -d /usr/include/spdlog ] && [ -d /usr/include/rocksdb ]
+    [ -f /usr/include/catch2/catch.hpp ] && [ -d /usr/include/spdlog ] && [ -d /usr/include/rocksdb ] &&
+    [ -f /usr/include/dlpack/dlpack.h ]
 }
 build() {
   log "configuring $BUILD with CUDA for sm_${CC}"
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CC}" \
     -DSHARDCACHE_CUDA=ON >"$BUILD.configure.log" 2>&1 || { tail -30 "$BUILD.configure.log" >&2; return 1; }
   grep -q "CUDA .* found" "$BUILD.configure.log" || { log "configure did not find CUDA"; return 1; }
-  log "building cuda_test bench_stage"
+  log "building gpu_test bench_stage"
   local t=$(( $(left) - 150 )); [ "$t" -lt 60 ] && t=60
-  timeout "$t" cmake --build "$BUILD" -j "$(nproc)" --target cuda_test bench_stage >"$BUILD.build.log" 2>&1 ||
+  timeout "$t" cmake --build "$BUILD" -j "$(nproc)" --target gpu_test bench_stage >"$BUILD.build.log" 2>&1 ||
     { tail -40 "$BUILD.build.log" >&2; return 1; }
   BIN=$BUILD/bin
 }
@@ -90,7 +91,7 @@ SOURCE=""
 if [ "${SC_GPU_USE_PREBUILT:-0}" != 1 ] && have_deps; then
   build && SOURCE=built
 fi
-if [ -z "$BIN" ] && [ -x "$PREBUILT/bin/cuda_test" ] && [ -x "$PREBUILT/bin/bench_stage" ]; then
+if [ -z "$BIN" ] && [ -x "$PREBUILT/bin/gpu_test" ] && [ -x "$PREBUILT/bin/bench_stage" ]; then
   BIN=$PREBUILT/bin
   SOURCE="prebuilt@$(cut -c1-12 "$PREBUILT/STAMP" 2>/dev/null)"
   export LD_LIBRARY_PATH="$PREBUILT/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_PATH:-}"
@@ -106,21 +107,21 @@ if [ -z "$BIN" ]; then
   finish 2 '{"scenario":"gpu_stage","ok":false,"error":"cannot build: dependencies missing and no prebuilt binaries"}'
 fi
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$CUDA_HOME/lib64:$CUDA_HOME/lib"
-if ldd "$BIN/cuda_test" | grep -q "not found"; then
-  log "missing shared libraries: $(ldd "$BIN/cuda_test" | grep 'not found' | tr '\n' ' ')"
+if ldd "$BIN/gpu_test" | grep -q "not found"; then
+  log "missing shared libraries: $(ldd "$BIN/gpu_test" | grep 'not found' | tr '\n' ' ')"
   finish 2 '{"scenario":"gpu_stage","ok":false,"error":"shared libraries missing"}'
 fi
 
 # ---- [gpu] tests (and the host variants, which are cheap) ---------------------------------
 log "running the [gpu] test cases"
 TEST_LOG=$(mktemp)
-timeout 150 "$BIN/cuda_test" "[gpu]" --durations yes >"$TEST_LOG" 2>&1
+timeout 150 "$BIN/gpu_test" "[gpu]" --durations yes >"$TEST_LOG" 2>&1
 TEST_RC=$?
 grep -v '^\[20' "$TEST_LOG" | tail -25 >&2
 SUMMARY=$(grep -E '^(All tests passed|test cases:)' "$TEST_LOG" | tail -1)
 # "All tests passed (N assertions in M test cases)" or "test cases: M | ...".
 GPU_CASES=$(echo "$SUMMARY" | sed -n -e 's/.* in \([0-9]*\) test cases.*/\1/p' -e 's/^test cases: *\([0-9]*\).*/\1/p')
-timeout 60 "$BIN/cuda_test" "~[gpu]" >/dev/null 2>&1
+timeout 60 "$BIN/gpu_test" "~[gpu]" >/dev/null 2>&1
 HOST_RC=$?
 log "[gpu] tests: rc=$TEST_RC ($SUMMARY); host variants: rc=$HOST_RC"
 

@@ -1,29 +1,20 @@
 #!/usr/bin/env python3
-"""Checks that no function in daemon/ or client/ is longer than 80 lines (issue 15).
+"""Checks that no function in daemon/, client/ or gpu/ is longer than 80 lines (issue 15).
 
-  tests/style/function_length.py [--list]
+  tests/style/function_length.py
 
 A function is a definition that starts at column 0 (`Type Name(...) {`, the signature may span
 lines) and ends at the next `}` at column 0; its length counts the lines between the two braces.
-Functions defined inside class bodies are short by house style and not measured.
-
-Functions that were already longer when the check was added are listed in KNOWN with their
-length then: they may shrink, never grow, and a new long function fails. Split one, and remove
-it from KNOWN (the check says so when an entry is stale). --list prints every function over the
-limit."""
+Functions defined inside class bodies are short by house style and not measured. Every function
+over the limit is named, with its file, line and length."""
 import os
 import re
 import sys
 
 LIMIT = 80
-ROOTS = ("daemon", "client")
+ROOTS = ("daemon", "client", "gpu")
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.path.join(HERE, "../.."))
-
-# file:function -> length when the check was added (to be split; see issue 15).
-KNOWN = {
-    "client/stager.cc:Stager::Stage": 105,
-}
 
 NOT_FUNCTIONS = re.compile(r"^(namespace|struct|class|enum|union|extern|template\s*<[^>]*>\s*(struct|class))\b")
 
@@ -55,8 +46,7 @@ def functions(path):
 
 
 def main():
-    list_all = "--list" in sys.argv[1:]
-    problems, seen = [], set()
+    problems = []
     for root in ROOTS:
         for dirpath, _, files in os.walk(os.path.join(SOURCE, root)):
             for f in sorted(files):
@@ -65,25 +55,11 @@ def main():
                 path = os.path.join(dirpath, f)
                 rel = os.path.relpath(path, SOURCE)
                 for name, line, length in functions(path):
-                    if length <= LIMIT:
-                        continue
-                    key = f"{rel}:{name}"
-                    if list_all:
-                        print(f"{length:4d}  {rel}:{line}  {name}")
-                    known = KNOWN.get(key)
-                    seen.add(key)
-                    if known is None:
+                    if length > LIMIT:
                         problems.append(f"{rel}:{line}: {name} is {length} lines (limit {LIMIT}): split it")
-                    elif length > known:
-                        problems.append(f"{rel}:{line}: {name} grew to {length} lines (was {known}, "
-                                        f"limit {LIMIT}): split it instead")
-    for key in sorted(set(KNOWN) - seen):
-        problems.append(f"{key} is no longer over {LIMIT} lines (or was renamed): remove it from KNOWN "
-                        f"in {os.path.relpath(__file__, SOURCE)}")
     for p in problems:
         print(p, file=sys.stderr)
-    if not list_all:
-        print(f"function length: {len(problems)} problem(s); {len(KNOWN)} known long functions left to split")
+    print(f"function length: {len(problems)} function(s) over {LIMIT} lines in {', '.join(ROOTS)}")
     return 1 if problems else 0
 
 

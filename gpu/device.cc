@@ -1,4 +1,4 @@
-#include "cuda/device.h"
+#include "gpu/device.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -10,7 +10,7 @@
 #if SHARDCACHE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "cuda/cuda_status.h"
+#include "gpu/cuda_status.h"
 #endif
 
 namespace shardcache::gpu {
@@ -140,15 +140,21 @@ Stream::~Stream() {
 }
 
 Stream::Stream(Stream&& other) noexcept
-    : device_(other.device_), stream_(std::exchange(other.stream_, nullptr)) {}
+    : device_(other.device_), stream_(std::exchange(other.stream_, nullptr)), counters_(std::move(other.counters_)) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
     Stream tmp(std::move(*this));
     device_ = other.device_;
     stream_ = std::exchange(other.stream_, nullptr);
+    counters_ = std::move(other.counters_);
   }
   return *this;
+}
+
+H2DBytes Stream::h2d_bytes() const {
+  if (!counters_) return {};
+  return H2DBytes{counters_->payload.load(std::memory_order_relaxed), counters_->index.load(std::memory_order_relaxed)};
 }
 
 Status Stream::Synchronize() const {
@@ -381,20 +387,13 @@ bool HostRegistration::Contains(const void* p, size_t bytes) const {
 
 // ---- Copies ------------------------------------------------------------------------------
 
-metrics::Counter* H2DBytesCounter(H2DClass h2d_class) {
-  static metrics::Counter* payload = metrics::Registry::Global().GetCounter(
-      "shardcache_gpu_h2d_bytes_total", "Bytes copied host to device by GPU staging",
-      {{"class", "payload"}});
-  static metrics::Counter* index = metrics::Registry::Global().GetCounter(
-      "shardcache_gpu_h2d_bytes_total", "Bytes copied host to device by GPU staging",
-      {{"class", "index"}});
-  return h2d_class == H2DClass::kPayload ? payload : index;
-}
-
 Status CopyAsync(const Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kind,
                  H2DClass h2d_class) {
   if (bytes == 0) return Status::Ok();
-  if (kind == CopyKind::kHostToDevice) H2DBytesCounter(h2d_class)->Add(bytes);
+  if (kind == CopyKind::kHostToDevice && stream.counters_) {
+    (h2d_class == H2DClass::kPayload ? stream.counters_->payload : stream.counters_->index)
+        .fetch_add(bytes, std::memory_order_relaxed);
+  }
 #if SHARDCACHE_HAVE_CUDA
   if (stream.native() != nullptr) {
     cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/convert.h"
-#include "cuda/reference.h"
+#include "gpu/convert.h"
+#include "gpu/reference.h"
 #include "test_util.h"
 
 using namespace shardcache;

@@ -1,4 +1,4 @@
-#include "cuda/reference.h"
+#include "gpu/reference.h"
 
 #include <cmath>
 #include <cstring>

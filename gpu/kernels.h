@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "cuda/kernel_args.h"
+#include "gpu/kernel_args.h"
 
 struct CUstream_st;
 

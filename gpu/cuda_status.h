@@ -1,4 +1,4 @@
-// The one adapter from cudaError_t to shardcache::Status (style rule 3). Internal to cuda/:
+// The one adapter from cudaError_t to shardcache::Status (style rule 3). Internal to gpu/:
 // only translation units built with SHARDCACHE_HAVE_CUDA include it.
 //
 // Mapping: out of memory → ResourceExhausted; no device / insufficient driver / device

@@ -1,10 +1,10 @@
-#include "cuda/convert.h"
+#include "gpu/convert.h"
 
-#include "cuda/reference.h"
+#include "gpu/reference.h"
 
 #if SHARDCACHE_HAVE_CUDA
-#include "cuda/cuda_status.h"
-#include "cuda/kernels.h"
+#include "gpu/cuda_status.h"
+#include "gpu/kernels.h"
 #endif
 
 namespace shardcache::gpu {

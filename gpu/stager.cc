@@ -1,4 +1,4 @@
-#include "shardcache/stager.h"
+#include "gpu/stager.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,10 +7,9 @@
 #include <spdlog/spdlog.h>
 
 #include "common/log.h"
-#include "common/metrics.h"
 #include "common/units.h"
 
-namespace shardcache {
+namespace shardcache::gpu {
 
 namespace stager_internal {
 
@@ -21,19 +20,19 @@ namespace stager_internal {
 constexpr size_t kMaxConsumerStreams = 4;
 
 struct Slot {
-  gpu::DeviceBuffer raw;                    // the batch as copied
-  std::vector<gpu::DeviceBuffer> outputs;   // converted tensors (empty for the raw layout)
-  gpu::PinnedBuffer bounce;                 // allocated on first use of the bounce path
-  gpu::Event ready;                         // copy + conversion done
-  std::vector<gpu::Event> consumer_events;  // kMaxConsumerStreams, recorded when a lease ends
+  DeviceBuffer raw;                    // the batch as copied
+  std::vector<DeviceBuffer> outputs;   // converted tensors (empty for the raw layout)
+  PinnedBuffer bounce;                 // allocated on first use of the bounce path
+  Event ready;                         // copy + conversion done
+  std::vector<Event> consumer_events;  // kMaxConsumerStreams, recorded when a lease ends
   size_t consumer_events_pending = 0;       // recorded ones the next use must wait for
 };
 
 // The device buffers, shared by the stager and every live batch or DLPack export, so either
 // may go first. Lock order: Lease::mu before Pool::mu.
 struct Pool {
-  explicit Pool(gpu::Device d) : device(d) {}
-  const gpu::Device device;
+  explicit Pool(Device d) : device(d) {}
+  const Device device;
   std::vector<Slot> slots;  // fixed after creation; a slot's contents belong to its holder
 
   std::mutex mu;
@@ -51,12 +50,12 @@ struct Pool {
     return s;
   }
 
-  void Return(size_t s, const std::vector<gpu::NativeStream>& consumers) {
+  void Return(size_t s, const std::vector<NativeStream>& consumers) {
     Slot& slot = slots[s];
     size_t n = 0;
-    for (gpu::NativeStream consumer : consumers) {
+    for (NativeStream consumer : consumers) {
       Status st = n < slot.consumer_events.size() ? slot.consumer_events[n].RecordOn(consumer)
-                                                  : gpu::StreamSynchronize(consumer);
+                                                  : StreamSynchronize(consumer);
       if (!st.ok()) {
         spdlog::error("stager: ordering slot reuse after a consumer stream failed: {}", st.ToString());
       } else if (n < slot.consumer_events.size()) {
@@ -90,7 +89,7 @@ struct Lease {
   std::shared_ptr<Pool> pool;
   const size_t slot;
   std::mutex mu;
-  std::vector<gpu::NativeStream> consumers;  // GUARDED_BY(mu)
+  std::vector<NativeStream> consumers;  // GUARDED_BY(mu)
 };
 
 }  // namespace stager_internal
@@ -100,20 +99,6 @@ using stager_internal::Pool;
 using stager_internal::Slot;
 
 namespace {
-
-metrics::Counter* StagedBytes(bool bounce) {
-  static metrics::Counter* direct = metrics::Registry::Global().GetCounter(
-      "shardcache_gpu_staged_bytes_total", "Bytes staged into device buffers", {{"path", "direct"}});
-  static metrics::Counter* bounced = metrics::Registry::Global().GetCounter(
-      "shardcache_gpu_staged_bytes_total", "Bytes staged into device buffers", {{"path", "bounce"}});
-  return bounce ? bounced : direct;
-}
-
-metrics::Counter* StagedBatches() {
-  static metrics::Counter* c = metrics::Registry::Global().GetCounter(
-      "shardcache_gpu_staged_batches_total", "Batches staged into device buffers (copied or gathered)");
-  return c;
-}
 
 struct ReleaseCall {
   Stager* stager;
@@ -134,7 +119,7 @@ struct Stager::Ready {
 };
 
 uint64_t DeviceTensor::bytes() const {
-  uint64_t n = gpu::DTypeBytes(dtype);
+  uint64_t n = DTypeBytes(dtype);
   for (int64_t d : shape) n *= static_cast<uint64_t>(d);
   return n;
 }
@@ -145,14 +130,14 @@ DeviceBatch::~DeviceBatch() = default;
 DeviceBatch::DeviceBatch(DeviceBatch&&) noexcept = default;
 DeviceBatch& DeviceBatch::operator=(DeviceBatch&&) noexcept = default;
 
-gpu::Backend DeviceBatch::backend() const { return lease_->pool->device.backend(); }
+Backend DeviceBatch::backend() const { return lease_->pool->device.backend(); }
 int DeviceBatch::device_ordinal() const { return lease_->pool->device.ordinal(); }
-const gpu::Event& DeviceBatch::ready() const { return lease_->pool->slots[lease_->slot].ready; }
+const Event& DeviceBatch::ready() const { return lease_->pool->slots[lease_->slot].ready; }
 
-Status DeviceBatch::WaitOn(gpu::NativeStream consumer) {
+Status DeviceBatch::WaitOn(NativeStream consumer) {
   if (!lease_) return FailedPrecondition("DeviceBatch::WaitOn on an empty batch");
   if (!lease_->pool->device.is_cuda()) return Status::Ok();
-  SC_RETURN_IF_ERROR(gpu::StreamWaitEvent(consumer, ready()));
+  SC_RETURN_IF_ERROR(StreamWaitEvent(consumer, ready()));
   std::lock_guard<std::mutex> lock(lease_->mu);
   if (std::find(lease_->consumers.begin(), lease_->consumers.end(), consumer) == lease_->consumers.end()) {
     lease_->consumers.push_back(consumer);
@@ -180,7 +165,7 @@ Result<DLManagedTensor*> DeviceBatch::ExportDLPack(size_t index, int64_t stream)
   if (cuda && stream == 0) {
     return InvalidArgument("DLPack export: stream 0 is ambiguous for CUDA; pass 1 (legacy default) or 2 (per-thread)");
   }
-  if (cuda && stream != -1) SC_RETURN_IF_ERROR(WaitOn(reinterpret_cast<gpu::NativeStream>(stream)));
+  if (cuda && stream != -1) SC_RETURN_IF_ERROR(WaitOn(reinterpret_cast<NativeStream>(stream)));
   auto ctx = std::make_unique<DLPackContext>();
   const DeviceTensor& t = tensors_[index];
   ctx->lease = lease_;
@@ -189,7 +174,7 @@ Result<DLManagedTensor*> DeviceBatch::ExportDLPack(size_t index, int64_t stream)
   dl.data = t.data;
   dl.device = cuda ? DLDevice{kDLCUDA, lease_->pool->device.ordinal()} : DLDevice{kDLCPU, 0};
   dl.ndim = static_cast<int32_t>(ctx->shape.size());
-  dl.dtype = gpu::ToDLDataType(t.dtype);
+  dl.dtype = ToDLDataType(t.dtype);
   dl.shape = ctx->shape.data();
   dl.strides = nullptr;
   dl.byte_offset = 0;
@@ -200,7 +185,7 @@ Result<DLManagedTensor*> DeviceBatch::ExportDLPack(size_t index, int64_t stream)
 
 // ---- Stager ------------------------------------------------------------------------------
 
-Stager::Stager(const StagerOptions& options, gpu::Device device) : options_(options), device_(device) {}
+Stager::Stager(const StagerOptions& options, Device device) : options_(options), device_(device) {}
 
 Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
   if (options.depth < 1) return InvalidArgument("stager: depth must be >= 1, got " + std::to_string(options.depth));
@@ -208,30 +193,30 @@ Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
   if ((options.arena == nullptr) != (options.arena_bytes == 0)) {
     return InvalidArgument("stager: arena and arena_bytes must be given together");
   }
-  SC_ASSIGN_OR_RETURN(gpu::Device device, gpu::Device::Open(options.device));
+  SC_ASSIGN_OR_RETURN(Device device, Device::Open(options.device));
   std::unique_ptr<Stager> s(new Stager(options, device));
-  SC_ASSIGN_OR_RETURN(s->converter_, gpu::Converter::Create(options.conversion, options.record_bytes));
+  SC_ASSIGN_OR_RETURN(s->converter_, Converter::Create(options.conversion, options.record_bytes));
   uint64_t max_records = options.max_records;
   if (max_records == 0 && options.record_bytes > 0) max_records = options.max_batch_bytes / options.record_bytes;
   if (!s->converter_.identity() && max_records == 0) {
     return InvalidArgument("stager: max_records is required with a conversion");
   }
   s->options_.max_records = max_records;
-  SC_ASSIGN_OR_RETURN(s->stream_, gpu::Stream::Create(device));
+  SC_ASSIGN_OR_RETURN(s->stream_, Stream::Create(device));
 
   auto pool = std::make_shared<Pool>(device);
   for (int i = 0; i < options.depth; ++i) {
     Slot slot;
-    SC_ASSIGN_OR_RETURN(slot.raw, gpu::DeviceBuffer::Allocate(device, options.max_batch_bytes));
+    SC_ASSIGN_OR_RETURN(slot.raw, DeviceBuffer::Allocate(device, options.max_batch_bytes));
     if (!s->converter_.identity()) {
-      for (const gpu::TensorDesc& d : s->converter_.Outputs(max_records, options.max_batch_bytes)) {
-        SC_ASSIGN_OR_RETURN(gpu::DeviceBuffer out, gpu::DeviceBuffer::Allocate(device, d.bytes()));
+      for (const TensorDesc& d : s->converter_.Outputs(max_records, options.max_batch_bytes)) {
+        SC_ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(device, d.bytes()));
         slot.outputs.push_back(std::move(out));
       }
     }
-    SC_ASSIGN_OR_RETURN(slot.ready, gpu::Event::Create(device));
+    SC_ASSIGN_OR_RETURN(slot.ready, Event::Create(device));
     for (size_t k = 0; k < stager_internal::kMaxConsumerStreams; ++k) {
-      SC_ASSIGN_OR_RETURN(gpu::Event e, gpu::Event::Create(device));
+      SC_ASSIGN_OR_RETURN(Event e, Event::Create(device));
       slot.consumer_events.push_back(std::move(e));
     }
     pool->slots.push_back(std::move(slot));
@@ -240,7 +225,7 @@ Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
   s->pool_ = std::move(pool);
 
   if (options.arena != nullptr && !options.force_bounce) {
-    auto reg = gpu::HostRegistration::Register(device, options.arena, options.arena_bytes,
+    auto reg = HostRegistration::Register(device, options.arena, options.arena_bytes,
                                                   options.arena_read_only);
     if (reg.ok()) {
       s->registration_ = std::move(*reg);
@@ -253,7 +238,7 @@ Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
   }
 
   if (options.device_tier.budget_bytes > 0) {
-    auto tier = gpu::DeviceTier::Create(device, options.device_tier, options.share_bytes, options.share_samples);
+    auto tier = DeviceTier::Create(device, options.device_tier, options.share_bytes, options.share_samples);
     if (tier.ok()) {
       s->tier_ = std::move(*tier);
     } else if (tier.status().code() == StatusCode::kResourceExhausted) {
@@ -265,7 +250,7 @@ Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
 
   s->release_thread_ = std::thread([p = s.get()] { p->ReleaseLoop(); });
   spdlog::info("stager: {} on {}, depth {}, {} per slot, arena {}", options.conversion.kind ==
-               gpu::ConversionSpec::Kind::kNone ? "raw" : "converting", device.Describe(), options.depth,
+               ConversionSpec::Kind::kNone ? "raw" : "converting", device.Describe(), options.depth,
                FormatBytes(options.max_batch_bytes), s->registration_.registered() ? "registered" : "bounced");
   return s;
 }
@@ -346,88 +331,99 @@ void Stager::WorkerLoop(HostBatchSource source) {
 }
 
 Result<Stager::Ready> Stager::Stage(size_t slot_index, HostBatch batch) {
-  // Every path out of here hands batch.release to the release thread exactly once.
-  auto fail = [&](Status st) -> Result<Ready> {
+  Slot& slot = pool_->slots[slot_index];
+  Status st = CheckBatch(batch);
+  if (st.ok()) st = CopyIn(slot, batch);
+  if (st.ok()) st = Process(slot, batch);
+  if (!st.ok()) {
+    // Every path out of here hands batch.release to the release thread exactly once: the copy
+    // has handed it on already, or it goes now.
     if (batch.release) QueueRelease(std::move(batch.release));
     return st;
-  };
-  const uint64_t rb = batch.record_bytes;
-  if (batch.data == nullptr && batch.bytes > 0) return fail(InvalidArgument("stager: host batch without data"));
-  if (batch.bytes > options_.max_batch_bytes) {
-    return fail(InvalidArgument("stager: batch of " + std::to_string(batch.bytes) + " bytes exceeds max_batch_bytes " +
-                                std::to_string(options_.max_batch_bytes)));
   }
-  if (rb != options_.record_bytes) {
-    return fail(InvalidArgument("stager: batch record_bytes " + std::to_string(rb) + " != the stager's " +
-                                std::to_string(options_.record_bytes)));
-  }
-  if (rb > 0 && batch.bytes != batch.records * rb) {
-    return fail(InvalidArgument("stager: batch of " + std::to_string(batch.records) + " records of " +
-                                std::to_string(rb) + " bytes holds " + std::to_string(batch.bytes) + " bytes"));
-  }
-  if (options_.max_records > 0 && batch.records > options_.max_records) {
-    return fail(InvalidArgument("stager: batch of " + std::to_string(batch.records) + " records exceeds max_records " +
-                                std::to_string(options_.max_records)));
-  }
-  if (!batch.sample_ids.empty() && batch.sample_ids.size() != batch.records) {
-    return fail(InvalidArgument("stager: " + std::to_string(batch.sample_ids.size()) + " sample ids for " +
-                                std::to_string(batch.records) + " records"));
-  }
-  if (rb == 0 && (batch.sample_offsets.size() != batch.records || batch.sample_lengths.size() != batch.records)) {
-    return fail(InvalidArgument("stager: variable-size batch needs one offset and length per sample"));
-  }
-
-  Slot& slot = pool_->slots[slot_index];
-  // The slot's previous consumers must be done with it before it is overwritten.
-  for (size_t i = 0; i < slot.consumer_events_pending; ++i) {
-    Status st = stream_.WaitEvent(slot.consumer_events[i]);
-    if (!st.ok()) return fail(st);
-  }
-  slot.consumer_events_pending = 0;
-
-  const bool direct = registration_.registered() && registration_.Contains(batch.data, batch.bytes);
-  if (direct) {
-    Status st = gpu::CopyAsync(stream_, slot.raw.data(), batch.data, batch.bytes, gpu::CopyKind::kHostToDevice);
-    if (!st.ok()) return fail(st);
-    // Release the arena slot when the copy has run; the callback only queues (no CUDA, no
-    // socket I/O on the runtime's callback thread).
-    if (batch.release) {
-      auto* call = new ReleaseCall{this, std::move(batch.release)};
-      Status hs = stream_.LaunchHostFunc(&Stager::OnCopyDone, call);
-      if (!hs.ok()) {
-        batch.release = std::move(call->fn);
-        delete call;
-        (void)stream_.Synchronize();  // the copy must be finished before the slot goes back
-        return fail(hs);
-      }
-    }
-  } else {
-    if (options_.arena != nullptr && !options_.force_bounce && registration_.registered()) {
-      SC_LOG_RATE_LIMITED(spdlog::level::warn, "stager: batch at {} lies outside the registered arena; bouncing",
-                          batch.data);
-    }
-    if (slot.bounce.data() == nullptr) {
-      auto b = gpu::PinnedBuffer::Allocate(device_, options_.max_batch_bytes);
-      if (!b.ok()) return fail(b.status());
-      slot.bounce = std::move(*b);
-    }
-    // The previous H2D copy out of this bounce buffer must be finished before it is rewritten.
-    Status st = slot.ready.Synchronize();
-    if (!st.ok()) return fail(st);
-    std::memcpy(slot.bounce.data(), batch.data, batch.bytes);
-    // The arena bytes are in the bounce buffer: the arena slot may go back now.
-    if (batch.release) QueueRelease(std::move(batch.release));
-    st = gpu::CopyAsync(stream_, slot.raw.data(), slot.bounce.data(), batch.bytes, gpu::CopyKind::kHostToDevice);
-    if (!st.ok()) return fail(st);
-    bytes_bounced_ += batch.bytes;
-  }
-  StagedBytes(!direct)->Add(batch.bytes);
-
   Ready ready;
   ready.records = batch.records;
   ready.bytes = batch.bytes;
-  if (rb == 0) ready.offsets = batch.sample_offsets;
+  if (batch.record_bytes == 0) ready.offsets = batch.sample_offsets;
+  ready.ids = std::move(batch.sample_ids);
+  batches_staged_ += 1;
+  bytes_staged_ += batch.bytes;
+  return ready;
+}
 
+Status Stager::CheckBatch(const HostBatch& batch) const {
+  const uint64_t rb = batch.record_bytes;
+  if (batch.data == nullptr && batch.bytes > 0) return InvalidArgument("stager: host batch without data");
+  if (batch.bytes > options_.max_batch_bytes) {
+    return InvalidArgument("stager: batch of " + std::to_string(batch.bytes) + " bytes exceeds max_batch_bytes " +
+                           std::to_string(options_.max_batch_bytes));
+  }
+  if (rb != options_.record_bytes) {
+    return InvalidArgument("stager: batch record_bytes " + std::to_string(rb) + " != the stager's " +
+                           std::to_string(options_.record_bytes));
+  }
+  if (rb > 0 && batch.bytes != batch.records * rb) {
+    return InvalidArgument("stager: batch of " + std::to_string(batch.records) + " records of " +
+                           std::to_string(rb) + " bytes holds " + std::to_string(batch.bytes) + " bytes");
+  }
+  if (options_.max_records > 0 && batch.records > options_.max_records) {
+    return InvalidArgument("stager: batch of " + std::to_string(batch.records) + " records exceeds max_records " +
+                           std::to_string(options_.max_records));
+  }
+  if (!batch.sample_ids.empty() && batch.sample_ids.size() != batch.records) {
+    return InvalidArgument("stager: " + std::to_string(batch.sample_ids.size()) + " sample ids for " +
+                           std::to_string(batch.records) + " records");
+  }
+  if (rb == 0 && (batch.sample_offsets.size() != batch.records || batch.sample_lengths.size() != batch.records)) {
+    return InvalidArgument("stager: variable-size batch needs one offset and length per sample");
+  }
+  return Status::Ok();
+}
+
+Status Stager::CopyIn(Slot& slot, HostBatch& batch) {
+  // The slot's previous consumers must be done with it before it is overwritten.
+  for (size_t i = 0; i < slot.consumer_events_pending; ++i) SC_RETURN_IF_ERROR(stream_.WaitEvent(slot.consumer_events[i]));
+  slot.consumer_events_pending = 0;
+  if (registration_.registered() && registration_.Contains(batch.data, batch.bytes)) return CopyDirect(slot, batch);
+  return CopyBounced(slot, batch);
+}
+
+Status Stager::CopyDirect(Slot& slot, HostBatch& batch) {
+  SC_RETURN_IF_ERROR(CopyAsync(stream_, slot.raw.data(), batch.data, batch.bytes, CopyKind::kHostToDevice));
+  if (!batch.release) return Status::Ok();
+  // Release the arena slot when the copy has run; the callback only queues (no CUDA, no
+  // socket I/O on the runtime's callback thread).
+  auto* call = new ReleaseCall{this, std::move(batch.release)};
+  Status hs = stream_.LaunchHostFunc(&Stager::OnCopyDone, call);
+  if (!hs.ok()) {
+    batch.release = std::move(call->fn);
+    delete call;
+    (void)stream_.Synchronize();  // the copy must be finished before the slot goes back
+  }
+  return hs;
+}
+
+Status Stager::CopyBounced(Slot& slot, HostBatch& batch) {
+  if (options_.arena != nullptr && !options_.force_bounce && registration_.registered()) {
+    SC_LOG_RATE_LIMITED(spdlog::level::warn, "stager: batch at {} lies outside the registered arena; bouncing",
+                        batch.data);
+  }
+  if (slot.bounce.data() == nullptr) {
+    SC_ASSIGN_OR_RETURN(slot.bounce, PinnedBuffer::Allocate(device_, options_.max_batch_bytes));
+  }
+  // The previous H2D copy out of this bounce buffer must be finished before it is rewritten.
+  SC_RETURN_IF_ERROR(slot.ready.Synchronize());
+  std::memcpy(slot.bounce.data(), batch.data, batch.bytes);
+  // The arena bytes are in the bounce buffer: the arena slot may go back now.
+  if (batch.release) QueueRelease(std::move(batch.release));
+  SC_RETURN_IF_ERROR(
+      CopyAsync(stream_, slot.raw.data(), slot.bounce.data(), batch.bytes, CopyKind::kHostToDevice));
+  bytes_bounced_ += batch.bytes;
+  return Status::Ok();
+}
+
+Status Stager::Process(Slot& slot, const HostBatch& batch) {
+  const uint64_t rb = batch.record_bytes;
   if (tier_ != nullptr && !batch.sample_ids.empty() && !tier_->complete()) {
     std::vector<uint64_t> offsets = batch.sample_offsets, lengths = batch.sample_lengths;
     if (rb > 0) {
@@ -435,22 +431,14 @@ Result<Stager::Ready> Stager::Stage(size_t slot_index, HostBatch batch) {
       lengths.assign(batch.records, rb);
       for (uint64_t i = 0; i < batch.records; ++i) offsets[i] = i * rb;
     }
-    Status st = tier_->Ingest(stream_, slot.raw.data(), batch.sample_ids, offsets, lengths);
-    if (!st.ok()) return fail(st);
+    SC_RETURN_IF_ERROR(tier_->Ingest(stream_, slot.raw.data(), batch.sample_ids, offsets, lengths));
   }
   if (!converter_.identity()) {
     std::vector<void*> outs;
     for (auto& o : slot.outputs) outs.push_back(o.data());
-    Status st = converter_.Run(stream_, slot.raw.data(), batch.records, outs);
-    if (!st.ok()) return fail(st);
+    SC_RETURN_IF_ERROR(converter_.Run(stream_, slot.raw.data(), batch.records, outs));
   }
-  Status st = slot.ready.Record(stream_);
-  if (!st.ok()) return fail(st);
-  ready.ids = std::move(batch.sample_ids);
-  batches_staged_ += 1;
-  bytes_staged_ += batch.bytes;
-  StagedBatches()->Add();
-  return ready;
+  return slot.ready.Record(stream_);
 }
 
 void Stager::OnCopyDone(void* arg) {
@@ -483,7 +471,7 @@ DeviceBatch Stager::MakeBatch(std::shared_ptr<Lease> lease, uint64_t records, ui
                               std::vector<int64_t> ids, std::vector<uint64_t> offsets) {
   DeviceBatch b;
   Slot& slot = pool_->slots[lease->slot];
-  std::vector<gpu::TensorDesc> descs = converter_.Outputs(records, bytes);
+  std::vector<TensorDesc> descs = converter_.Outputs(records, bytes);
   for (size_t i = 0; i < descs.size(); ++i) {
     void* data = converter_.identity() ? slot.raw.data() : slot.outputs[i].data();
     b.tensors_.push_back(DeviceTensor{data, descs[i].dtype, descs[i].shape});
@@ -540,20 +528,22 @@ Result<DeviceBatch> Stager::AssembleResident(std::span<const int64_t> sample_ids
   }
   SC_RETURN_IF_ERROR(slot.ready.Record(stream_));
   batches_gathered_ += 1;
-  StagedBatches()->Add();
   if (options_.record_bytes > 0) offsets.clear();
   return MakeBatch(std::move(lease), sample_ids.size(), bytes,
                    std::vector<int64_t>(sample_ids.begin(), sample_ids.end()), std::move(offsets));
 }
 
-Stager::Stats Stager::stats() const {
-  Stats s;
+StagerStats Stager::Stats() const {
+  StagerStats s;
   s.batches_staged = batches_staged_.load();
   s.bytes_staged = bytes_staged_.load();
   s.bytes_bounced = bytes_bounced_.load();
   s.batches_gathered = batches_gathered_.load();
   s.arena_registered = registration_.registered();
+  const H2DBytes h2d = stream_.h2d_bytes();
+  s.h2d_payload_bytes = h2d.payload;
+  s.h2d_index_bytes = h2d.index;
   return s;
 }
 
-}  // namespace shardcache
+}  // namespace shardcache::gpu

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device.h"
-#include "shardcache/stager.h"
+#include "gpu/device.h"
+#include "gpu/stager.h"
 
 namespace shardcache::gpu::testing {
 
@@ -123,11 +123,11 @@ class FakeArenaLoader {
     return ids_.empty() ? static_cast<int64_t>(k) : ids_[k];
   }
 
-  shardcache::HostBatchSource Source() {
-    return [this]() -> shardcache::Result<std::optional<shardcache::HostBatch>> {
+  HostBatchSource Source() {
+    return [this]() -> shardcache::Result<std::optional<HostBatch>> {
       std::unique_lock<std::mutex> lock(mu_);
       ++source_calls_;
-      if (next_ == batches_) return std::optional<shardcache::HostBatch>();
+      if (next_ == batches_) return std::optional<HostBatch>();
       cv_.wait(lock, [&] { return !free_.empty(); });
       size_t slot = free_.back();
       free_.pop_back();
@@ -136,7 +136,7 @@ class FakeArenaLoader {
       uint8_t* p = arena_.data() + slot * slot_bytes_;
       auto bytes = Expected(b);
       std::memcpy(p, bytes.data(), bytes.size());
-      shardcache::HostBatch hb;
+      HostBatch hb;
       hb.data = p;
       hb.bytes = bytes.size();
       hb.records = records_;
@@ -150,7 +150,7 @@ class FakeArenaLoader {
         free_.push_back(slot);
         cv_.notify_all();
       };
-      return std::optional<shardcache::HostBatch>(std::move(hb));
+      return std::optional<HostBatch>(std::move(hb));
     };
   }
 

@@ -8,12 +8,13 @@
 #include <random>
 #include <vector>
 
-#include "cuda/device_tier.h"
-#include "cuda/reference.h"
-#include "shardcache/stager.h"
+#include "gpu/device_tier.h"
+#include "gpu/reference.h"
+#include "gpu/stager.h"
 #include "test_util.h"
 
 using namespace shardcache;
+using namespace shardcache::gpu;
 using gpu::testing::FakeArenaLoader;
 using gpu::testing::MemfdArena;
 
@@ -60,10 +61,8 @@ void ResidentAfterEpochOne(bool cuda, bool convert) {
   }
   REQUIRE(s.resident());
 
-  auto* payload = gpu::H2DBytesCounter(gpu::H2DClass::kPayload);
-  auto* index = gpu::H2DBytesCounter(gpu::H2DClass::kIndex);
-  const uint64_t payload_before = payload->Value();
-  const uint64_t index_before = index->Value();
+  const uint64_t payload_before = s.Stats().h2d_payload_bytes;
+  const uint64_t index_before = s.Stats().h2d_index_bytes;
 
   auto epoch2 = Permutation(samples, 2);
   for (size_t k = 0; k < samples / per_batch; ++k) {
@@ -86,9 +85,9 @@ void ResidentAfterEpochOne(bool cuda, bool convert) {
     }
   }
   // Epoch 2 moved no payload host → device; only the per-batch index (24 bytes per sample).
-  CHECK(payload->Value() == payload_before);
-  CHECK(index->Value() - index_before == samples * sizeof(gpu::GatherItem));
-  CHECK(s.stats().batches_gathered == samples / per_batch);
+  CHECK(s.Stats().h2d_payload_bytes == payload_before);
+  CHECK(s.Stats().h2d_index_bytes - index_before == samples * sizeof(gpu::GatherItem));
+  CHECK(s.Stats().batches_gathered == samples / per_batch);
 
   CHECK(s.AssembleResident(std::vector<int64_t>{static_cast<int64_t>(samples)}).status().code() ==
         StatusCode::kNotFound);

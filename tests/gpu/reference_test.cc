@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "cuda/reference.h"
+#include "gpu/reference.h"
 #include "test_util.h"
 
 using namespace shardcache::gpu;

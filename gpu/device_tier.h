@@ -5,7 +5,7 @@
 // Epoch 1 streams batches through the stager as usual; each staged batch is also appended
 // (device to device) to one resident buffer, sample by sample, until every sample of the share
 // is resident (complete()). Later batches are gathered from it: the host sends only the
-// batch's index (24 bytes per sample, counted as shardcache_gpu_h2d_bytes_total{class="index"}).
+// batch's index (24 bytes per sample, counted in the stream's h2d_bytes().index).
 // A tier is only created when the declared share fits the byte budget; otherwise the caller
 // keeps staging from host memory every epoch.
 //
@@ -22,8 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cuda/device.h"
-#include "cuda/kernel_args.h"
+#include "gpu/device.h"
+#include "gpu/kernel_args.h"
 
 namespace shardcache::gpu {
 

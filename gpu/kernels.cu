@@ -1,6 +1,6 @@
 // CUDA kernels of GPU staging. One .cu file keeps nvcc's share of the build small.
 // Index math is 64-bit throughout: a batch may exceed 2^31 elements.
-#include "cuda/kernels.h"
+#include "gpu/kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

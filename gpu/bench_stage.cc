@@ -31,14 +31,15 @@
 
 #include <spdlog/spdlog.h>
 
-#include "cuda/device.h"
-#include "shardcache/stager.h"
+#include "gpu/device.h"
+#include "gpu/stager.h"
 
 #if SHARDCACHE_HAVE_CUDA
-#include "cuda/kernels.h"
+#include "gpu/kernels.h"
 #endif
 
 using namespace shardcache;
+using namespace shardcache::gpu;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -214,6 +215,58 @@ void Step(const gpu::Device& dev, const gpu::Stream& train, uint64_t ns, const v
   }
 }
 
+// The synthetic training loop: `steps` steps of step_over_copy × the copy time on a trainer
+// stream fed by the stager, against the same steps with no stager (the ideal).
+struct Loop {
+  double copy_ms = 0;
+  uint64_t step_ns = 0;
+  int steps = 0;
+  double loop_ms = 0, ideal_ms = 0, stall = 0;
+};
+
+Loop TrainingLoop(const Args& a, const gpu::Device& dev, Arena& arena, Stager& stager, double peak) {
+  const uint64_t batch_bytes = a.batch_mib << 20;
+  const double copy_ms = static_cast<double>(batch_bytes) / (peak * 1e9) * 1e3;
+  const uint64_t step_ns = static_cast<uint64_t>(copy_ms * a.step_over_copy * 1e6);
+  auto train = Check(gpu::Stream::Create(dev), "stream");
+  auto t_start = Check(gpu::Event::Create(dev, true), "event");
+  auto t_end = Check(gpu::Event::Create(dev, true), "event");
+  // The spin kernel alone, same count, same stream: what the loop would take with no stalls.
+  Check(train.Synchronize(), "sync");
+  Check(t_start.Record(train), "record");
+  for (int i = 0; i < a.steps; ++i) Step(dev, train, step_ns, nullptr);
+  Check(t_end.Record(train), "record");
+  Check(t_end.Synchronize(), "sync");
+  double spin_ms = Check(t_end.ElapsedMsSince(t_start), "elapsed");
+
+  Check(stager.Start(arena.Source(a.steps + 1)), "start");
+  // The first batch fills the pipeline; timing starts once the trainer has it.
+  auto first = Check(stager.Next(), "next");
+  if (!first.has_value()) Die("no first batch");
+  Check(first->WaitOn(train.native()), "wait");
+  Check(train.Synchronize(), "sync");
+  Check(t_start.Record(train), "record");
+  Step(dev, train, step_ns, first->tensor(0).data);
+  first.reset();
+  int steps = 1;
+  for (;;) {
+    auto b = Check(stager.Next(), "next");
+    if (!b.has_value()) break;
+    Check(b->WaitOn(train.native()), "wait");
+    Step(dev, train, step_ns, b->tensor(0).data);
+    ++steps;
+  }
+  Check(t_end.Record(train), "record");
+  Check(t_end.Synchronize(), "sync");
+  double loop_ms = Check(t_end.ElapsedMsSince(t_start), "elapsed");
+  double ideal_ms = spin_ms * steps / a.steps;
+  double stall = std::max(0.0, loop_ms - ideal_ms) / loop_ms;
+  std::printf("  training loop: %d steps of %.3f ms (copy %.3f ms, ratio %.1f): %.1f ms vs %.1f ms of "
+              "compute → stall_fraction %.4f\n", steps, step_ns / 1e6, copy_ms, a.step_over_copy, loop_ms,
+              ideal_ms, stall);
+  return Loop{copy_ms, step_ns, steps, loop_ms, ideal_ms, stall};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -237,7 +290,7 @@ int main(int argc, char** argv) {
   auto reg_t0 = Clock::now();
   auto stager = Check(Stager::Create(StagerFor(a, dev, arena, false)), "stager");
   double register_s = std::chrono::duration<double>(Clock::now() - reg_t0).count();
-  if (!stager->stats().arena_registered) std::printf("  NOTE: arena registration failed; stager bounces\n");
+  if (!stager->Stats().arena_registered) std::printf("  NOTE: arena registration failed; stager bounces\n");
   (void)StagerRate(a, dev, arena, *stager, std::max(4, a.batches / 10));
   double staged = StagerRate(a, dev, arena, *stager, a.batches);
   double over_peak = staged / peak;
@@ -253,44 +306,7 @@ int main(int argc, char** argv) {
   }
 
   // 3. Synthetic training loop with the step at step_over_copy × the copy time.
-  const double copy_ms = static_cast<double>(batch_bytes) / (peak * 1e9) * 1e3;
-  const uint64_t step_ns = static_cast<uint64_t>(copy_ms * a.step_over_copy * 1e6);
-  auto train = Check(gpu::Stream::Create(dev), "stream");
-  auto t_start = Check(gpu::Event::Create(dev, true), "event");
-  auto t_end = Check(gpu::Event::Create(dev, true), "event");
-  // The spin kernel alone, same count, same stream: what the loop would take with no stalls.
-  Check(train.Synchronize(), "sync");
-  Check(t_start.Record(train), "record");
-  for (int i = 0; i < a.steps; ++i) Step(dev, train, step_ns, nullptr);
-  Check(t_end.Record(train), "record");
-  Check(t_end.Synchronize(), "sync");
-  double spin_ms = Check(t_end.ElapsedMsSince(t_start), "elapsed");
-
-  Check(stager->Start(arena.Source(a.steps + 1)), "start");
-  // The first batch fills the pipeline; timing starts once the trainer has it.
-  auto first = Check(stager->Next(), "next");
-  if (!first.has_value()) Die("no first batch");
-  Check(first->WaitOn(train.native()), "wait");
-  Check(train.Synchronize(), "sync");
-  Check(t_start.Record(train), "record");
-  Step(dev, train, step_ns, first->tensor(0).data);
-  first.reset();
-  int steps = 1;
-  for (;;) {
-    auto b = Check(stager->Next(), "next");
-    if (!b.has_value()) break;
-    Check(b->WaitOn(train.native()), "wait");
-    Step(dev, train, step_ns, b->tensor(0).data);
-    ++steps;
-  }
-  Check(t_end.Record(train), "record");
-  Check(t_end.Synchronize(), "sync");
-  double loop_ms = Check(t_end.ElapsedMsSince(t_start), "elapsed");
-  double ideal_ms = spin_ms * steps / a.steps;
-  double stall = std::max(0.0, loop_ms - ideal_ms) / loop_ms;
-  std::printf("  training loop: %d steps of %.3f ms (copy %.3f ms, ratio %.1f): %.1f ms vs %.1f ms of "
-              "compute → stall_fraction %.4f\n", steps, step_ns / 1e6, copy_ms, a.step_over_copy, loop_ms,
-              ideal_ms, stall);
+  const Loop loop = TrainingLoop(a, dev, arena, *stager, peak);
   stager.reset();
 
   std::printf(
@@ -299,7 +315,7 @@ int main(int argc, char** argv) {
       "\"register_s\":%.3f,\"copy_ms\":%.4f,\"step_ms\":%.4f,\"steps\":%d,\"loop_ms\":%.2f,"
       "\"compute_ms\":%.2f,\"stall_fraction\":%.5f}\n",
       gpu::BackendName(dev.backend()), dev.Describe().c_str(), static_cast<unsigned long long>(batch_bytes),
-      a.depth, peak, staged, over_peak, bounced, register_s, copy_ms, step_ns / 1e6, steps, loop_ms, ideal_ms,
-      stall);
+      a.depth, peak, staged, over_peak, bounced, register_s, loop.copy_ms, loop.step_ns / 1e6, loop.steps,
+      loop.loop_ms, loop.ideal_ms, loop.stall);
   return 0;
 }

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device.h"
-#include "cuda/dtype.h"
-#include "cuda/kernel_args.h"
+#include "gpu/device.h"
+#include "gpu/dtype.h"
+#include "gpu/kernel_args.h"
 
 namespace shardcache::gpu {
 

@@ -9,8 +9,8 @@
 
 #include <cstdint>
 
-#include "cuda/dtype.h"
-#include "cuda/kernel_args.h"
+#include "gpu/dtype.h"
+#include "gpu/kernel_args.h"
 
 namespace shardcache::gpu {
 

@@ -18,13 +18,14 @@
 // non-zero ordinal must call it first.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
-#include "common/metrics.h"
 #include "common/status.h"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
@@ -77,6 +78,25 @@ class Device {
 };
 
 class Event;
+class Stream;
+
+enum class CopyKind { kHostToDevice, kDeviceToDevice, kDeviceToHost };
+
+// Which host-to-device counter of its stream a copy is charged to: batch payload, or the small
+// index arrays (sample offsets) that the device tier uploads per batch.
+enum class H2DClass { kPayload, kIndex };
+
+// Bytes copied host to device on one stream so far, by H2DClass.
+struct H2DBytes {
+  uint64_t payload = 0;
+  uint64_t index = 0;
+};
+
+// cudaMemcpyAsync on `stream` (memcpy now on host). Host-to-device bytes are added to the
+// stream's h2d_bytes() on both backends, so tests on the host path can assert where traffic
+// would flow on a GPU.
+Status CopyAsync(const Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kind,
+                 H2DClass h2d_class = H2DClass::kPayload);
 
 // An asynchronous work queue (a non-blocking cudaStream_t); on host, work runs at enqueue.
 class Stream {
@@ -100,10 +120,20 @@ class Stream {
   // thread that must not call CUDA or block: fn should only hand work to another thread.
   // On host it runs now, on the calling thread.
   Status LaunchHostFunc(void (*fn)(void*), void* arg) const;
+  // What CopyAsync has copied host to device on this stream; any thread may read it.
+  H2DBytes h2d_bytes() const;
 
  private:
+  friend Status CopyAsync(const Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kind,
+                          H2DClass h2d_class);
+  struct Counters {
+    std::atomic<uint64_t> payload{0};
+    std::atomic<uint64_t> index{0};
+  };
   Device device_ = Device::Host();
   NativeStream stream_ = nullptr;
+  // Owned apart from the stream so that Stream stays movable; null only in a moved-from Stream.
+  std::unique_ptr<Counters> counters_ = std::make_unique<Counters>();
 };
 
 // Makes a stream this library does not own (a trainer's) wait for `event`. No-op on host.
@@ -206,20 +236,5 @@ class HostRegistration {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
-
-enum class CopyKind { kHostToDevice, kDeviceToDevice, kDeviceToHost };
-
-// Which host-to-device counter a copy is charged to: batch payload, or the small index arrays
-// (sample offsets) that the device tier uploads per batch.
-enum class H2DClass { kPayload, kIndex };
-
-// cudaMemcpyAsync on `stream` (memcpy now on host). Host-to-device bytes are added to
-// shardcache_gpu_h2d_bytes_total{class=...} on both backends, so tests on the host path can
-// assert where traffic would flow on a GPU.
-Status CopyAsync(const Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kind,
-                 H2DClass h2d_class = H2DClass::kPayload);
-
-// The process-wide host-to-device byte counters.
-metrics::Counter* H2DBytesCounter(H2DClass h2d_class);
 
 }  // namespace shardcache::gpu

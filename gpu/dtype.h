@@ -1,12 +1,20 @@
 // Element types of staged tensors and their DLPack codes.
 //
+// DLPack is the ABI through which a DeviceBatch's tensors reach torch / numpy / cupy without a
+// copy: the structures come from the packaged header (Debian libdlpack-dev, DLPack 0.6), whose
+// DLManagedTensor is what every consumer of the legacy "dltensor" capsule understands.
+//
 // Thread safety: plain values and pure functions.
 #pragma once
+
+#include <dlpack/dlpack.h>
 
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/dlpack.h"
+static_assert(sizeof(DLDataType) == 4, "DLPack ABI: DLDataType is 4 bytes");
+static_assert(sizeof(DLDevice) == 8, "DLPack ABI: DLDevice is 8 bytes");
+static_assert(sizeof(DLTensor) == 48, "DLPack ABI: DLTensor is 48 bytes on LP64");
 
 namespace shardcache::gpu {
 

@@ -9,11 +9,13 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/reference.h"
-#include "shardcache/stager.h"
+#include "gpu/reference.h"
+#include "gpu/stager.h"
+#include "python/src/loader_source.h"
 #include "test_util.h"
 
 using namespace shardcache;
+using namespace shardcache::gpu;
 using gpu::testing::FakeArenaLoader;
 using gpu::testing::MemfdArena;
 
@@ -61,7 +63,7 @@ void StagesByteExact(bool cuda) {
           ++n;
         }
         CHECK(n == 23);
-        auto stats = (*stager)->stats();
+        auto stats = (*stager)->Stats();
         CHECK(stats.batches_staged == 23);
         CHECK(stats.bytes_staged == 23 * kRecordBytes * kRecords);
         CHECK(stats.arena_registered == !bounce);
@@ -236,7 +238,7 @@ TEST_CASE("a batch outside the registered arena goes through the bounce pool", "
   REQUIRE(b.ok());
   REQUIRE(b->has_value());
   CHECK(TensorBytes(**b, 0, (*stager)->device()) == outside);
-  CHECK((*stager)->stats().bytes_bounced == outside.size());
+  CHECK((*stager)->Stats().bytes_bounced == outside.size());
   b->reset();
   stager->reset();
   CHECK(released == 1);

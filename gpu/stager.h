@@ -2,7 +2,7 @@
 //
 // A worker thread pulls host batches from a source (the loader), copies each into one of
 // `depth` device buffers with cudaMemcpyAsync on the stager's own stream, runs the loader's
-// fused conversion (gpu::Converter) on the same stream and records a ready event. The trainer
+// fused conversion (Converter) on the same stream and records a ready event. The trainer
 // takes DeviceBatch objects in order with Next() and makes its own stream wait on the ready
 // event (WaitOn or the DLPack export) — the host never waits for a copy. With depth 2, batch
 // k+1 is copied while the trainer computes on batch k.
@@ -26,7 +26,7 @@
 // keeps every staged sample resident on the device; once resident() is true, AssembleResident
 // builds batches from device memory by a gather kernel and no payload moves host → device.
 //
-// Without CUDA or without a GPU the same API runs on host memory (gpu::Backend::kHost): device
+// Without CUDA or without a GPU the same API runs on host memory (Backend::kHost): device
 // pointers are host pointers, copies are memcpy, events are always complete.
 //
 // Thread safety: Start/Next/AssembleResident are called by one consumer thread at a time;
@@ -38,22 +38,21 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
-#include "common/status.h"
-#include "cuda/convert.h"
-#include "cuda/device.h"
-#include "cuda/device_tier.h"
-#include "cuda/dlpack.h"
+#include <dlpack/dlpack.h>
 
-namespace shardcache {
+#include "common/status.h"
+#include "gpu/convert.h"
+#include "gpu/device.h"
+#include "gpu/device_tier.h"
+
+namespace shardcache::gpu {
 
 // A batch in host memory (usually an arena slot of the daemon's shared memory).
 struct HostBatch {
@@ -87,8 +86,8 @@ struct StagerOptions {
   // Record size of the dataset (0 = variable-size samples; only the kNone conversion then).
   uint64_t record_bytes = 0;
   // Fused conversion run after the copy. Default: none (raw bytes).
-  gpu::ConversionSpec conversion;
-  gpu::DeviceOptions device;
+  ConversionSpec conversion;
+  DeviceOptions device;
   // The shared-memory arena batches point into; registered once for the stager's lifetime.
   // nullptr: no registration, every batch goes through the bounce pool.
   void* arena = nullptr;
@@ -98,19 +97,20 @@ struct StagerOptions {
   // Use the bounce pool even when the arena could be registered (tests, benchmark baseline).
   bool force_bounce = false;
   // Device-memory tier: kept off unless budget_bytes covers share_bytes.
-  gpu::DeviceTierOptions device_tier;
+  DeviceTierOptions device_tier;
   uint64_t share_bytes = 0;    // this rank's bytes per epoch
   uint64_t share_samples = 0;  // this rank's samples per epoch
 };
 
 namespace stager_internal {
+struct Slot;
 struct Pool;
 struct Lease;
 }  // namespace stager_internal
 
 struct DeviceTensor {
   void* data = nullptr;  // device memory (host memory on the host backend)
-  gpu::DType dtype = gpu::DType::kUInt8;
+  DType dtype = DType::kUInt8;
   std::vector<int64_t> shape;
   uint64_t bytes() const;
 };
@@ -131,15 +131,15 @@ class DeviceBatch {
   const std::vector<int64_t>& sample_ids() const { return sample_ids_; }
   // Raw layout only (kNone): where each sample starts in tensor(0).
   const std::vector<uint64_t>& sample_offsets() const { return sample_offsets_; }
-  gpu::Backend backend() const;
+  Backend backend() const;
   int device_ordinal() const;
   // Complete once the batch's bytes and conversion are in device memory.
-  const gpu::Event& ready() const;
+  const Event& ready() const;
 
   // Makes `consumer` wait (on the device) for ready(), and remembers it: the buffer is reused
   // only after the work `consumer` has queued by the time this batch is dropped.
   // REQUIRES: consumer outlives this batch. No-op on the host backend.
-  Status WaitOn(gpu::NativeStream consumer);
+  Status WaitOn(NativeStream consumer);
 
   // DLPack export of tensor(index), following the Python array API's __dlpack__(stream=):
   // stream -1: no synchronisation; 1: the legacy default stream; 2: the per-thread default
@@ -157,71 +157,22 @@ class DeviceBatch {
   std::vector<uint64_t> sample_offsets_;
 };
 
-// Adapts a libshardcache Loader (shardcache/client.h) into a HostBatchSource: each Batch
-// becomes a HostBatch whose release returns the arena slot (Batch::Release) from the stager's
-// release thread; OutOfRange ("end of epoch") ends the epoch. A template so that this header
-// needs neither client.h nor its library; any type with Loader's Next()/Batch shape works.
-// REQUIRES: loader outlives the epoch being staged.
-template <typename LoaderT>
-HostBatchSource SourceFromLoader(LoaderT& loader) {
-  return [&loader]() -> Result<std::optional<HostBatch>> {
-    // Slots of staged batches come back from the stager's release thread, which can lag the
-    // worker on a loaded machine: wait for them for a while before reporting exhaustion (a
-    // trainer that really holds every slot still gets ResourceExhausted).
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    auto next = loader.Next();
-    while (!next.ok() && next.status().code() == StatusCode::kResourceExhausted &&
-           std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      next = loader.Next();
-    }
-    if (!next.ok()) {
-      if (next.status().code() == StatusCode::kOutOfRange) return std::optional<HostBatch>();
-      return next.status();
-    }
-    // std::function needs a copyable callable: share the move-only Batch.
-    auto batch = std::make_shared<std::decay_t<decltype(*next)>>(std::move(*next));
-    HostBatch hb;
-    hb.data = batch->data();
-    hb.bytes = batch->payload_bytes();
-    hb.records = batch->size();
-    hb.record_bytes = batch->record_bytes();
-    hb.sample_ids.assign(batch->sample_ids().begin(), batch->sample_ids().end());
-    if (hb.record_bytes == 0) {
-      uint64_t off = 0;
-      for (size_t i = 0; i < batch->size(); ++i) {
-        // Samples lie back to back in batch order (client.h).
-        hb.sample_offsets.push_back(off);
-        hb.sample_lengths.push_back(batch->sample(i).size);
-        off += batch->sample(i).size;
-      }
-    }
-    hb.release = [batch] { (void)batch->Release(); };
-    return std::optional<HostBatch>(std::move(hb));
-  };
-}
-
-// StagerOptions for a connected libshardcache Client: its arena (registered read-only, as the
-// client maps it) and slot size. Set depth, conversion, device tier and record_bytes on top.
-template <typename ClientT>
-StagerOptions StagerOptionsForClient(const ClientT& client) {
-  StagerOptions o;
-  o.arena = const_cast<uint8_t*>(client.arena_data());
-  o.arena_bytes = client.arena_bytes();
-  o.arena_read_only = true;
-  o.max_batch_bytes = client.slot_bytes();
-  return o;
-}
+// What one stager has done since Create. These are the stager's only counters: the trainer
+// process renders no metrics, so it reads them here (Python: Stager.stats()).
+struct StagerStats {
+  uint64_t batches_staged = 0;    // copied from host batches
+  uint64_t bytes_staged = 0;
+  uint64_t bytes_bounced = 0;     // of bytes_staged, copied through the bounce pool
+  uint64_t batches_gathered = 0;  // assembled from the device tier (AssembleResident)
+  bool arena_registered = false;
+  // Host-to-device bytes on the stager's stream: batch payload, and the device tier's gather
+  // indexes (24 bytes per sample). Epochs served from the device tier add no payload bytes.
+  uint64_t h2d_payload_bytes = 0;
+  uint64_t h2d_index_bytes = 0;
+};
 
 class Stager {
  public:
-  struct Stats {
-    uint64_t batches_staged = 0;
-    uint64_t bytes_staged = 0;
-    uint64_t bytes_bounced = 0;   // of bytes_staged, copied through the bounce pool
-    uint64_t batches_gathered = 0;
-    bool arena_registered = false;
-  };
 
   // Allocates the device pool, registers the arena and, when it fits, the device tier.
   static Result<std::unique_ptr<Stager>> Create(const StagerOptions& options);
@@ -244,16 +195,26 @@ class Stager {
   // FailedPrecondition before resident(); NotFound for an unknown sample.
   Result<DeviceBatch> AssembleResident(std::span<const int64_t> sample_ids);
 
-  const gpu::Device& device() const { return device_; }
-  Stats stats() const;
+  const Device& device() const { return device_; }
+  StagerStats Stats() const;
 
  private:
   struct Ready;  // a staged batch waiting in the ready queue, or the epoch's end / error
-  Stager(const StagerOptions& options, gpu::Device device);
+  Stager(const StagerOptions& options, Device device);
   void WorkerLoop(HostBatchSource source);
   void ReleaseLoop();
-  // Stages one host batch into a free slot; returns the ready entry.
+  // Stages one host batch into a free slot; returns the ready entry. The steps below may leave
+  // batch.release set on error; Stage hands it to the release thread then.
   Result<Ready> Stage(size_t slot, HostBatch batch);
+  Status CheckBatch(const HostBatch& batch) const;
+  // Waits for the slot's previous consumers, then copies the batch into the slot directly from
+  // the registered arena or through the slot's bounce buffer; hands batch.release on once the
+  // arena bytes are no longer needed.
+  Status CopyIn(stager_internal::Slot& slot, HostBatch& batch);
+  Status CopyDirect(stager_internal::Slot& slot, HostBatch& batch);
+  Status CopyBounced(stager_internal::Slot& slot, HostBatch& batch);
+  // Device-tier ingest (epoch 1), the conversion, and the slot's ready event.
+  Status Process(stager_internal::Slot& slot, const HostBatch& batch);
   DeviceBatch MakeBatch(std::shared_ptr<stager_internal::Lease> lease, uint64_t records, uint64_t bytes,
                         std::vector<int64_t> ids, std::vector<uint64_t> offsets);
   void QueueRelease(std::function<void()> release);
@@ -261,11 +222,11 @@ class Stager {
   void StopWorker();
 
   StagerOptions options_;  // constant after Create
-  const gpu::Device device_;
-  gpu::Converter converter_;
-  gpu::Stream stream_;  // the stager's copy stream
-  gpu::HostRegistration registration_;
-  std::unique_ptr<gpu::DeviceTier> tier_;
+  const Device device_;
+  Converter converter_;
+  Stream stream_;  // the stager's copy stream
+  HostRegistration registration_;
+  std::unique_ptr<DeviceTier> tier_;
   std::shared_ptr<stager_internal::Pool> pool_;
 
   // Ready queue: worker → Next().
@@ -287,4 +248,4 @@ class Stager {
   std::atomic<uint64_t> batches_staged_{0}, bytes_staged_{0}, bytes_bounced_{0}, batches_gathered_{0};
 };
 
-}  // namespace shardcache
+}  // namespace shardcache::gpu

@@ -1,4 +1,4 @@
-#include "cuda/device_tier.h"
+#include "gpu/device_tier.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,11 +6,11 @@
 #include <spdlog/spdlog.h>
 
 #include "common/units.h"
-#include "cuda/reference.h"
+#include "gpu/reference.h"
 
 #if SHARDCACHE_HAVE_CUDA
-#include "cuda/cuda_status.h"
-#include "cuda/kernels.h"
+#include "gpu/cuda_status.h"
+#include "gpu/kernels.h"
 #endif
 
 namespace shardcache::gpu {
