@@ -42,26 +42,26 @@ void SystemdNotifier::WatchdogPing() {
 void SystemdNotifier::BeginStartupKeepAlive(std::chrono::milliseconds period) {
   EndStartupKeepAlive();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     keeper_stop_ = false;
   }
   keeper_ = std::thread([this, period] {
     const auto extend_us = std::chrono::duration_cast<std::chrono::microseconds>(period * 3).count();
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     while (!keeper_stop_) {
       Notify("EXTEND_TIMEOUT_USEC=" + std::to_string(extend_us));
       WatchdogPing();
-      cv_.wait_for(lock, period, [this] { return keeper_stop_; });
+      cv_.WaitFor(&mu_, period, [this]() REQUIRES(mu_) { return keeper_stop_; });
     }
   });
 }
 
 void SystemdNotifier::EndStartupKeepAlive() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     keeper_stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (keeper_.joinable()) keeper_.join();
 }
 
