@@ -102,14 +102,14 @@ Counter* Registry::GetCounter(const std::string& name, const std::string& help, 
 
 Counter* Registry::GetScaledCounter(const std::string& name, const std::string& help, double unit,
                                     const Labels& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto& slot = FamilyFor(name, help, Kind::kCounter, unit).counters[RenderLabels(labels)];
   if (!slot) slot = std::make_unique<Counter>();
   return slot.get();
 }
 
 Gauge* Registry::GetGauge(const std::string& name, const std::string& help, const Labels& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto& slot = FamilyFor(name, help, Kind::kGauge).gauges[RenderLabels(labels)];
   if (!slot) slot = std::make_unique<Gauge>();
   return slot.get();
@@ -117,14 +117,14 @@ Gauge* Registry::GetGauge(const std::string& name, const std::string& help, cons
 
 Histogram* Registry::GetHistogram(const std::string& name, const std::string& help,
                                   std::vector<double> bounds, const Labels& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto& slot = FamilyFor(name, help, Kind::kHistogram).histograms[RenderLabels(labels)];
   if (!slot) slot = std::make_unique<Histogram>(std::move(bounds));
   return slot.get();
 }
 
 std::string Registry::RenderPrometheus() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::ostringstream out;
   for (const auto& [name, f] : families_) {
     out << "# HELP " << name << ' ' << f.help << '\n';
@@ -169,7 +169,7 @@ std::string Registry::RenderPrometheus() const {
 }
 
 double Registry::ValueOf(const std::string& name, const Labels& labels) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = families_.find(name);
   if (it == families_.end()) return -1;
   const std::string key = RenderLabels(labels);

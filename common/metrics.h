@@ -10,9 +10,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace shardcache::metrics {
 
@@ -99,10 +100,11 @@ class Registry {
     std::map<std::string, std::unique_ptr<Gauge>> gauges;
     std::map<std::string, std::unique_ptr<Histogram>> histograms;
   };
-  Family& FamilyFor(const std::string& name, const std::string& help, Kind kind, double unit = 1);
+  Family& FamilyFor(const std::string& name, const std::string& help, Kind kind, double unit = 1)
+      REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::map<std::string, Family> families_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, Family> families_ GUARDED_BY(mu_);
 };
 
 }  // namespace shardcache::metrics

@@ -220,7 +220,7 @@ void Daemon::Stop() {
   if (parts_->local) parts_->local->Disconnect();
   if (parts_->serving != nullptr) parts_->serving->Shutdown();
   {
-    std::lock_guard<std::mutex> lock(list_mu_);
+    MutexLock lock(&list_mu_);
     if (list_future_.valid()) list_future_.wait();
     list_future_ = {};
   }
@@ -248,20 +248,20 @@ Daemon::ReloadOutcome Daemon::ApplyReload(const config::Config& loaded) {
     if (key == "log.level") {
       st = SetLogLevel(loaded.log.level);
       if (st.ok()) {
-        std::lock_guard<std::mutex> lock(reload_mu_);
+        MutexLock lock(&reload_mu_);
         config_.log.level = loaded.log.level;
       }
     } else if (key == "cache.size") {
       st = parts_->cache ? parts_->cache->SetSizeBytes(loaded.cache.size_bytes)
                          : FailedPrecondition("this daemon runs without a cache tier; restart to add one");
       if (st.ok()) {
-        std::lock_guard<std::mutex> lock(reload_mu_);
+        MutexLock lock(&reload_mu_);
         config_.cache.size_bytes = loaded.cache.size_bytes;
       }
     } else if (key == "fetch.bandwidth") {
       if (parts_->grpc != nullptr) {
         parts_->grpc->SetBandwidth(loaded.fetch.bandwidth_bytes_per_s);
-        std::lock_guard<std::mutex> lock(reload_mu_);
+        MutexLock lock(&reload_mu_);
         config_.fetch.bandwidth_bytes_per_s = loaded.fetch.bandwidth_bytes_per_s;
       } else {
         st = FailedPrecondition("the cap applies to grpc:// upstreams; this daemon reads a file:// upstream");
@@ -271,7 +271,7 @@ Daemon::ReloadOutcome Daemon::ApplyReload(const config::Config& loaded) {
         config::Config effective = config_;
         effective.fetch.prefetch_bytes = loaded.fetch.prefetch_bytes;
         parts_->local->SetPrefetchLookaheadBytes(LoaderLookahead(effective));
-        std::lock_guard<std::mutex> lock(reload_mu_);
+        MutexLock lock(&reload_mu_);
         config_.fetch.prefetch_bytes = loaded.fetch.prefetch_bytes;
       } else {
         st = FailedPrecondition("the local service is off (listen.socket = \"\"); nothing prefetches");
@@ -356,7 +356,7 @@ std::string Daemon::StatusJson() const {
   j["uptime_seconds"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
   {
-    std::lock_guard<std::mutex> lock(reload_mu_);
+    MutexLock lock(&reload_mu_);
     j["upstream"] = {{"uri", config_.upstream},
                      {"bandwidth_bytes_per_second", config_.fetch.bandwidth_bytes_per_s}};
     j["listen"] = {{"origin", config_.listen.origin},
@@ -406,7 +406,7 @@ Result<std::vector<v1::DatasetSummary>> Daemon::ListDatasetsBounded() const {
   // A grpc upstream that is down answers only after fetch.timeout and its retries; /status
   // must answer at once, so the listing runs on its own thread and a slow one is reported
   // (and reused by the next request) instead of waited for. Stop() waits for it.
-  std::lock_guard<std::mutex> lock(list_mu_);
+  MutexLock lock(&list_mu_);
   if (!list_future_.valid()) {
     ChunkSource* source = parts_->serving;
     list_future_ = std::async(std::launch::async, [source] { return source->ListDatasets(); });

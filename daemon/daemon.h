@@ -27,10 +27,10 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "daemon/source/chunk_source.h"
@@ -90,11 +90,11 @@ class Daemon {
   Result<std::vector<v1::DatasetSummary>> ListDatasetsBounded() const;
 
   config::Config config_;
-  mutable std::mutex reload_mu_;  // guards the reloadable fields of config_ read by StatusJson
+  mutable Mutex reload_mu_;  // guards the reloadable fields of config_ read by StatusJson
   const std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();
   std::atomic<bool> ready_{false};
-  mutable std::mutex list_mu_;
-  mutable std::future<Result<std::vector<v1::DatasetSummary>>> list_future_;  // GUARDED_BY(list_mu_)
+  mutable Mutex list_mu_;
+  mutable std::future<Result<std::vector<v1::DatasetSummary>>> list_future_ GUARDED_BY(list_mu_);
 
   // The pipeline stages, with the components' concrete types (defined in daemon.cc so this
   // header does not pull in gRPC, RocksDB and the serving code).

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace shardcache::dataset {
 
@@ -24,8 +24,8 @@ Status ParallelFor(uint64_t count, unsigned threads, const std::function<Status(
   const unsigned n = static_cast<unsigned>(std::min<uint64_t>(DefaultThreads(threads), count));
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
-  std::mutex mu;
-  std::condition_variable done_cv;
+  Mutex mu;
+  CondVar done_cv;
   unsigned running = n;  // guarded by mu
   Status first_error;    // guarded by mu
 
@@ -36,26 +36,26 @@ Status ParallelFor(uint64_t count, unsigned threads, const std::function<Status(
       if (i >= count) break;
       Status s = fn(i);
       if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         if (first_error.ok()) first_error = std::move(s);
         failed.store(true);
       }
     }
-    std::lock_guard<std::mutex> lock(mu);
-    if (--running == 0) done_cv.notify_all();
+    MutexLock lock(&mu);
+    if (--running == 0) done_cv.NotifyAll();
   };
 
   std::vector<std::thread> pool;
   pool.reserve(n);
   for (unsigned t = 0; t < n; ++t) pool.emplace_back(worker);
   {
-    std::unique_lock<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     while (running > 0) {
-      done_cv.wait_for(lock, std::chrono::milliseconds(tick_ms));
+      done_cv.WaitFor(&mu, std::chrono::milliseconds(tick_ms));
       if (tick && running > 0) {
-        lock.unlock();
+        lock.Unlock();
         tick();
-        lock.lock();
+        lock.Lock();
       }
     }
   }

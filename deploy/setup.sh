@@ -14,7 +14,7 @@ PACKAGES=(
   libxxhash-dev libtomlplusplus-dev libcli11-dev libdlpack-dev libcpp-httplib-dev libssl-dev libsystemd-dev nlohmann-json3-dev
   # python client
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch python3-pil
-  # fuzzing (libFuzzer ships with clang)
+  # fuzzing (libFuzzer ships with clang); clang++ also runs the thread-safety check in make test
   clang libclang-rt-14-dev
   # tests and benchmarks: peers, link emulation, operations
   nginx-light curl aria2 fio openssl python3 python3-yaml systemd prometheus dpkg-dev file procps

@@ -12,10 +12,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
 #include "client/src/connection.h"
+#include "common/mutex.h"
 #include "common/sample_fields.h"
 #include "shardcache/batch_ring.h"
 #include "shardcache/local.pb.h"
@@ -33,11 +33,11 @@ namespace client_internal {
 struct LoaderCore {
   std::shared_ptr<Session> session;
   LoaderOptions options;  // as the trainer opened it (state() reports these)
-  mutable std::mutex mu;
-  uint64_t consumed = 0;  // GUARDED_BY(mu): the rank's resume point after the last batch taken
+  mutable Mutex mu;
+  uint64_t consumed GUARDED_BY(mu) = 0;  // the rank's resume point after the last batch taken
 
   // The rest is set by Open() and changed only under next_mu (one Next() at a time).
-  std::mutex next_mu;
+  Mutex next_mu;
   std::shared_ptr<Connection> conn;
   uint64_t id = 0;
   std::string version;
@@ -125,8 +125,8 @@ struct LoaderCore {
     return Open(fresh, o).WithContext("resuming after shardcached restarted");
   }
 
-  // One Next() on the current connection. REQUIRES: next_mu held.
-  Result<Batch> NextOnce(Batch b);
+  // One Next() on the current connection.
+  Result<Batch> NextOnce(Batch b) REQUIRES(next_mu);
 };
 
 }  // namespace client_internal
@@ -214,7 +214,7 @@ std::optional<ByteView> Batch::field(size_t i, std::string_view name) const {
 Loader::~Loader() = default;
 
 Result<Batch> Loader::Next() {
-  std::lock_guard<std::mutex> next_lock(core_->next_mu);
+  MutexLock next_lock(&core_->next_mu);
   // A forked child reading its parent's ring would take the very batches the parent takes.
   if (core_->conn->Inherited()) return Connection::InheritedError();
   // A daemon may go away again right after the first reconnect: a few rounds, each bounded by
@@ -281,7 +281,7 @@ Result<Batch> LoaderCore::NextOnce(Batch b) {
   b.wait_us_ = wait_us;
   b.consumed_after_ = e.rank_consumed;
   {
-    std::lock_guard<std::mutex> l(c.mu);
+    MutexLock l(&c.mu);
     c.consumed = e.rank_consumed;
   }
   return b;
@@ -292,7 +292,7 @@ LoaderState Loader::state() const {
   s.epoch = core_->options.epoch;
   s.start_position = core_->options.start_position;
   s.world_size = core_->options.world_size;
-  std::lock_guard<std::mutex> l(core_->mu);
+  MutexLock l(&core_->mu);
   s.samples_consumed = core_->consumed;
   return s;
 }
@@ -301,7 +301,7 @@ Result<LoaderState> Loader::QueryState() {
   v1::LocalRequest req;
   v1::LocalResponse resp;
   {
-    std::lock_guard<std::mutex> next_lock(core_->next_mu);
+    MutexLock next_lock(&core_->next_mu);
     req.mutable_loader_state()->set_loader_id(core_->id);
     SC_RETURN_IF_ERROR(core_->conn->Call(req, &resp));
   }
@@ -336,7 +336,7 @@ Result<std::unique_ptr<Loader>> Client::OpenLoader(const LoaderOptions& o) {
   auto core = std::make_shared<LoaderCore>();
   core->session = session_;
   core->options = o;
-  std::lock_guard<std::mutex> next_lock(core->next_mu);
+  MutexLock next_lock(&core->next_mu);
   std::shared_ptr<Connection> conn = session_->current();
   Status s = core->Open(conn, o);
   if (!s.ok() && conn->Broken()) {  // the daemon restarted since the last call: once more on its successor
@@ -344,7 +344,10 @@ Result<std::unique_ptr<Loader>> Client::OpenLoader(const LoaderOptions& o) {
     s = core->Open(conn, o);
   }
   if (!s.ok()) return s;
-  core->consumed = std::min(o.samples_consumed, core->samples_per_epoch);
+  {
+    MutexLock l(&core->mu);  // not shared yet; taken for the analysis
+    core->consumed = std::min(o.samples_consumed, core->samples_per_epoch);
+  }
   return std::unique_ptr<Loader>(new Loader(std::move(core)));
 }
 

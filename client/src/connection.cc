@@ -14,7 +14,7 @@ namespace shardcache::client_internal {
 
 Status Connection::Call(const v1::LocalRequest& req, v1::LocalResponse* resp, int* received_fd) {
   if (Inherited()) return InheritedError();
-  std::lock_guard<std::mutex> l(mu);
+  MutexLock l(&mu);
   if (broken) return Unavailable("connection to shardcached was lost");
   AppendLocked(req);
   Status send_error = FlushLocked();
@@ -28,7 +28,7 @@ Status Connection::Call(const v1::LocalRequest& req, v1::LocalResponse* resp, in
 
 void Connection::QueueRelease(const v1::LocalRequest& req) {
   if (Inherited()) return;  // the parent releases its own batches
-  std::lock_guard<std::mutex> l(mu);
+  MutexLock l(&mu);
   if (broken) return;
   AppendLocked(req);
   if (++unsent_releases >= kMaxUnsentReleases && !FlushLocked().ok()) broken = true;
@@ -86,7 +86,10 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& socket_p
     }
     return Unavailable("connecting to shardcached at " + socket_path + ": " + std::strerror(err));
   }
-  conn->reader = local_wire::FrameReader(conn->fd);
+  {
+    MutexLock l(&conn->mu);  // not shared yet; taken for the analysis
+    conn->reader = local_wire::FrameReader(conn->fd);
+  }
   v1::LocalRequest req;
   req.mutable_hello()->set_protocol_version(local_wire::kProtocolVersion);
   v1::LocalResponse resp;
@@ -117,7 +120,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& socket_p
 
 
 Result<std::shared_ptr<Connection>> Session::Replace(const std::shared_ptr<Connection>& lost) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (conn_ != lost && !conn_->Broken()) return conn_;
   if (reconnect_timeout_ms_ == 0) return Unavailable("the connection to shardcached at " + socket_path_ + " was lost");
   // The daemon restarts (systemd, a rolling upgrade): its socket refuses or is missing until

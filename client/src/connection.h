@@ -9,10 +9,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "shardcache/local.pb.h"
 #include "shardcache/local_wire.h"
@@ -38,11 +38,11 @@ struct Connection {
   uint32_t slot_count = 0;
   uint64_t slot_bytes = 0;
 
-  std::mutex mu;
-  bool broken = false;           // GUARDED_BY(mu): every call fails fast
-  std::string unsent;            // GUARDED_BY(mu): queued release frames
-  uint32_t unsent_releases = 0;  // GUARDED_BY(mu)
-  local_wire::FrameReader reader;  // GUARDED_BY(mu): on fd, set by Open
+  Mutex mu;
+  bool broken GUARDED_BY(mu) = false;  // every call fails fast
+  std::string unsent GUARDED_BY(mu);   // queued release frames
+  uint32_t unsent_releases GUARDED_BY(mu) = 0;
+  local_wire::FrameReader reader GUARDED_BY(mu);  // on fd, set by Open
 
   ~Connection();
 
@@ -53,7 +53,7 @@ struct Connection {
 
   // The connection failed on the wire (the daemon went away): every call fails fast.
   bool Broken() {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(&mu);
     return broken;
   }
 
@@ -70,10 +70,10 @@ struct Connection {
   static Status StatusOf(const v1::LocalResponse& r);
 
  private:
-  void AppendLocked(const v1::LocalRequest& req);
-  Status FlushLocked();
+  void AppendLocked(const v1::LocalRequest& req) REQUIRES(mu);
+  Status FlushLocked() REQUIRES(mu);
   // The next response, and a descriptor passed with it (SCM_RIGHTS).
-  Status ReceiveLocked(v1::LocalResponse* resp, int* received_fd);
+  Status ReceiveLocked(v1::LocalResponse* resp, int* received_fd) REQUIRES(mu);
 };
 
 // The client's current connection, and its replacement after the daemon dropped it: the
@@ -87,7 +87,7 @@ class Session {
       : socket_path_(std::move(socket_path)), reconnect_timeout_ms_(reconnect_timeout_ms), conn_(std::move(first)) {}
 
   std::shared_ptr<Connection> current() const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return conn_;
   }
   // The connection that replaces `lost`: the current one when someone replaced it already,
@@ -98,8 +98,8 @@ class Session {
  private:
   const std::string socket_path_;
   const uint32_t reconnect_timeout_ms_;
-  mutable std::mutex mu_;
-  std::shared_ptr<Connection> conn_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::shared_ptr<Connection> conn_ GUARDED_BY(mu_);
 };
 
 }  // namespace shardcache::client_internal

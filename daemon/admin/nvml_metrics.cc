@@ -93,7 +93,7 @@ NvmlMetrics::~NvmlMetrics() = default;
 
 void NvmlMetrics::Update() {
   if (!api_) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& g : gpus_) {
     nvmlUtilization_t u{};
     if (api_->utilization(g.handle, &u) == kNvmlSuccess) {

@@ -12,11 +12,11 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/metrics.h"
+#include "common/mutex.h"
 
 namespace shardcache::admin {
 
@@ -45,7 +45,7 @@ class NvmlMetrics {
   };
   std::unique_ptr<Api> api_;
   std::vector<Gpu> gpus_;
-  std::mutex mu_;
+  Mutex mu_;
 };
 
 }  // namespace shardcache::admin

@@ -42,7 +42,7 @@ void SystemdNotifier::WatchdogPing() {
 void SystemdNotifier::BeginStartupKeepAlive(std::chrono::milliseconds period) {
   EndStartupKeepAlive();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     keeper_stop_ = false;
   }
   const auto extend_us = std::chrono::duration_cast<std::chrono::microseconds>(period * 3).count();
@@ -52,8 +52,8 @@ void SystemdNotifier::BeginStartupKeepAlive(std::chrono::milliseconds period) {
   Notify(extend);
   WatchdogPing();
   keeper_ = std::thread([this, period, extend] {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, period, [this] { return keeper_stop_; })) {
+    MutexLock lock(&mu_);
+    while (!cv_.WaitFor(&mu_, period, [this]() REQUIRES(mu_) { return keeper_stop_; })) {
       Notify(extend);
       WatchdogPing();
     }
@@ -62,10 +62,10 @@ void SystemdNotifier::BeginStartupKeepAlive(std::chrono::milliseconds period) {
 
 void SystemdNotifier::EndStartupKeepAlive() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     keeper_stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (keeper_.joinable()) keeper_.join();
 }
 

@@ -15,10 +15,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include "common/mutex.h"
 
 namespace shardcache::admin {
 
@@ -47,9 +47,9 @@ class SystemdNotifier {
 
   std::chrono::microseconds watchdog_interval_{0};
   std::thread keeper_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool keeper_stop_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  bool keeper_stop_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace shardcache::admin

@@ -1,7 +1,6 @@
 #include "daemon/cache/access_plan.h"
 
 #include <algorithm>
-#include <mutex>
 
 namespace shardcache::cache {
 namespace {
@@ -17,7 +16,7 @@ void AccessPlan::SetFutureAccessOrder(std::string_view version, uint64_t base_po
     plan.uses.emplace_back(Fingerprint(ChunkKey{vid, order[i].shard, order[i].chunk}), base_position + i);
   }
   std::sort(plan.uses.begin(), plan.uses.end());
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   if (order.empty()) {
     plans_.erase(VKey(vid));
     return;
@@ -29,7 +28,7 @@ void AccessPlan::SetFutureAccessOrder(std::string_view version, uint64_t base_po
 }
 
 void AccessPlan::Advance(std::string_view version, uint64_t position) {
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   auto it = plans_.find(VKey(VersionId(version)));
   if (it != plans_.end()) it->second.now = std::max(it->second.now, position);
 }
@@ -37,13 +36,13 @@ void AccessPlan::Advance(std::string_view version, uint64_t position) {
 void AccessPlan::OnDemandRead(const ChunkKey& key) {
   const uint64_t fp = Fingerprint(key);
   {
-    std::shared_lock lock(mu_);
+    ReaderMutexLock lock(&mu_);
     auto it = plans_.find(VKey(key.version));
     if (it == plans_.end()) return;
     const uint64_t pos = NextPosition(it->second, fp, it->second.now);
     if (pos == kNever || pos - it->second.now > self_clock_window) return;
   }
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   auto it = plans_.find(VKey(key.version));
   if (it == plans_.end()) return;
   const uint64_t pos = NextPosition(it->second, fp, it->second.now);
@@ -52,7 +51,7 @@ void AccessPlan::OnDemandRead(const ChunkKey& key) {
 }
 
 void AccessPlan::Clear() {
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   plans_.clear();
 }
 
@@ -63,7 +62,7 @@ uint64_t AccessPlan::NextPosition(const VersionPlan& plan, uint64_t fp, uint64_t
 }
 
 uint64_t AccessPlan::NextUseDistance(uint64_t fingerprint) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   uint64_t best = kNever;
   for (const auto& [vid, plan] : plans_) {
     const uint64_t pos = NextPosition(plan, fingerprint, plan.now);
@@ -73,12 +72,12 @@ uint64_t AccessPlan::NextUseDistance(uint64_t fingerprint) const {
 }
 
 bool AccessPlan::empty() const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   return plans_.empty();
 }
 
 uint64_t AccessPlan::Now(std::string_view version) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   auto it = plans_.find(VKey(VersionId(version)));
   return it == plans_.end() ? 0 : it->second.now;
 }

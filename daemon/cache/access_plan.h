@@ -25,11 +25,11 @@
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <shared_mutex>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "daemon/source/chunk_key.h"
 
 namespace shardcache::cache {
@@ -68,9 +68,9 @@ class AccessPlan {
   // First planned position of `fp` at or after `from` in `plan`, or kNever.
   static uint64_t NextPosition(const VersionPlan& plan, uint64_t fp, uint64_t from);
 
-  mutable std::shared_mutex mu_;
+  mutable SharedMutex mu_;
   // Keyed by VersionId (high, low).
-  std::map<std::pair<uint64_t, uint64_t>, VersionPlan> plans_;  // GUARDED_BY(mu_)
+  std::map<std::pair<uint64_t, uint64_t>, VersionPlan> plans_ GUARDED_BY(mu_);
 };
 
 }  // namespace shardcache::cache

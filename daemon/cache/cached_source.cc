@@ -67,7 +67,7 @@ Result<DatasetPtr> CachedSource::OpenDataset(const std::string& name) {
   if (fresh.ok()) {
     bool changed = true;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = datasets_.find(name);
       changed = it == datasets_.end() || it->second->version != (*fresh)->version;
       datasets_[name] = *fresh;
@@ -89,7 +89,7 @@ Result<DatasetPtr> CachedSource::OpenDataset(const std::string& name) {
   if (!UpstreamUnreachable(fresh.status())) return fresh.status();
   // Upstream unreachable: serve the manifest we last saw, so cached data stays usable.
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = datasets_.find(name);
     if (it != datasets_.end()) return it->second;
   }
@@ -100,7 +100,7 @@ Result<DatasetPtr> CachedSource::OpenDataset(const std::string& name) {
       if (ds.ok()) {
         SC_LOG_RATE_LIMITED(spdlog::level::warn, "cache: upstream unreachable ({}); using the cached manifest of '{}'",
                             fresh.status().ToString(), name);
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         datasets_[name] = *ds;
         RememberVersion(name, (*ds)->version);
         return *ds;
@@ -461,7 +461,7 @@ Status CachedSource::Evict(const std::string& dataset) {
   std::vector<std::string> versions;
   auto current = upstream_->OpenDataset(dataset);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (current.ok()) RememberVersion(dataset, (*current)->version);
     auto range = versions_seen_.equal_range(dataset);
     for (auto it = range.first; it != range.second; ++it) versions.push_back(it->second);

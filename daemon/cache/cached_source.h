@@ -27,9 +27,9 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "daemon/cache/access_plan.h"
 #include "daemon/cache/cache_options.h"
 #include "daemon/source/chunk_key.h"
@@ -132,7 +132,7 @@ class CachedSource final : public ChunkSource {
   // verifying, storing, publishing to the run's followers and delivering each to `sink`.
   Status FetchRun(const DatasetPtr& dataset, uint32_t shard, uint64_t run_first, Slot* run_slots,
                   std::vector<Flight>& run, const ReadOptions& options, const ChunkSink& sink);
-  void RememberVersion(const std::string& name, const std::string& version);
+  void RememberVersion(const std::string& name, const std::string& version) REQUIRES(mu_);
 
   const CacheOptions options_;
   const std::unique_ptr<ChunkSource> upstream_;
@@ -141,9 +141,9 @@ class CachedSource final : public ChunkSource {
   std::unique_ptr<NvmeStore> store_;         // null when size_bytes == 0
   upstream::SingleFlight<ChunkKey, Result<ChunkPtr>, ChunkKeyHash> flights_;  // per chunk
 
-  mutable std::mutex mu_;
-  std::map<std::string, DatasetPtr> datasets_;                   // GUARDED_BY(mu_) last manifest per name
-  std::multimap<std::string, std::string> versions_seen_;        // GUARDED_BY(mu_) name → version
+  mutable Mutex mu_;
+  std::map<std::string, DatasetPtr> datasets_ GUARDED_BY(mu_);             // last manifest per name
+  std::multimap<std::string, std::string> versions_seen_ GUARDED_BY(mu_);  // name → version
 
   std::atomic<uint64_t> served_dram_{0}, served_nvme_{0}, served_upstream_{0}, hits_dram_{0},
       hits_nvme_{0}, misses_{0}, fetched_{0}, upstream_calls_{0}, joined_{0};

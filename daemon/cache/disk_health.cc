@@ -46,20 +46,20 @@ DiskHealth::~DiskHealth() { CacheMetrics::Get().nvme_healthy->Set(1); }
 
 void DiskHealth::ReportIoError(const Status& error) {
   CacheMetrics::Get().nvme_errors->Add();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   io_error_ = error.ToString();
   UpdateLocked();
 }
 
 void DiskHealth::ReportNoSpace(const std::string& what) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (no_space_.empty()) no_space_since_ = Clock::now();
   no_space_ = what;
   UpdateLocked();
 }
 
 void DiskHealth::ReportSpace() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (no_space_.empty()) return;
   no_space_.clear();
   UpdateLocked();
@@ -76,7 +76,7 @@ void DiskHealth::Probe(bool room_for_segment) {
   }
   bool try_write = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     gone_ = gone;
     if (room_for_segment) no_space_.clear();
     try_write = gone.empty() && !io_error_.empty();
@@ -85,13 +85,13 @@ void DiskHealth::Probe(bool room_for_segment) {
   if (!try_write) return;
   const Status written = WriteProbeFile(dir_);
   if (!written.ok()) CacheMetrics::Get().nvme_errors->Add();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   io_error_ = written.ok() ? std::string() : written.ToString();
   UpdateLocked();
 }
 
 std::string DiskHealth::problem() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return problem_;
 }
 

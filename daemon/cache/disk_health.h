@@ -26,9 +26,9 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace shardcache::cache {
@@ -60,22 +60,22 @@ class DiskHealth {
 
  private:
   DiskHealth(std::string dir, dev_t dev, ino_t ino, std::chrono::seconds no_space_grace);
-  // REQUIRES: mu_ held. Recomputes healthy_ from the conditions, logs a change and sets the
+  // Recomputes healthy_ from the conditions, logs a change and sets the
   // gauge.
-  void UpdateLocked();
+  void UpdateLocked() REQUIRES(mu_);
 
   const std::string dir_;
   const dev_t dev_;
   const ino_t ino_;
   const std::chrono::seconds no_space_grace_;
 
-  mutable std::mutex mu_;
-  std::string gone_;       // GUARDED_BY(mu_) why the directory is gone; "" = there
-  std::string io_error_;   // GUARDED_BY(mu_) the last I/O error while it is pending
-  std::string no_space_;   // GUARDED_BY(mu_) what ran out of space while it is pending
-  std::chrono::steady_clock::time_point no_space_since_;  // GUARDED_BY(mu_)
-  std::string problem_;    // GUARDED_BY(mu_) reason of the current failure; "" = healthy
-  std::chrono::steady_clock::time_point failing_since_;   // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::string gone_ GUARDED_BY(mu_);      // why the directory is gone; "" = there
+  std::string io_error_ GUARDED_BY(mu_);  // the last I/O error while it is pending
+  std::string no_space_ GUARDED_BY(mu_);  // what ran out of space while it is pending
+  std::chrono::steady_clock::time_point no_space_since_ GUARDED_BY(mu_);
+  std::string problem_ GUARDED_BY(mu_);  // reason of the current failure; "" = healthy
+  std::chrono::steady_clock::time_point failing_since_ GUARDED_BY(mu_);
   std::atomic<bool> healthy_{true};
 };
 

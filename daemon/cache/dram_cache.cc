@@ -3,7 +3,7 @@
 namespace shardcache::cache {
 
 ChunkPtr DramCache::Get(const ChunkKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = map_.find(key);
   if (it == map_.end()) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second);
@@ -11,13 +11,13 @@ ChunkPtr DramCache::Get(const ChunkKey& key) {
 }
 
 bool DramCache::Contains(const ChunkKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return map_.count(key) > 0;
 }
 
 void DramCache::Put(const ChunkKey& key, ChunkPtr chunk) {
   if (!chunk) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t bytes = chunk->bytes.size();
   if (bytes > budget_bytes_) return;
   auto it = map_.find(key);
@@ -35,7 +35,7 @@ void DramCache::Put(const ChunkKey& key, ChunkPtr chunk) {
 }
 
 void DramCache::Erase(const ChunkKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = map_.find(key);
   if (it == map_.end()) return;
   used_bytes_ -= it->second->chunk->bytes.size();
@@ -44,7 +44,7 @@ void DramCache::Erase(const ChunkKey& key) {
 }
 
 void DramCache::EraseVersion(const Hash128& version) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto it = lru_.begin(); it != lru_.end();) {
     if (it->key.version == version) {
       used_bytes_ -= it->chunk->bytes.size();
@@ -57,7 +57,7 @@ void DramCache::EraseVersion(const Hash128& version) {
 }
 
 void DramCache::SetBudget(uint64_t budget_bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   budget_bytes_ = budget_bytes;
   EvictLocked();
 }
@@ -72,15 +72,15 @@ void DramCache::EvictLocked() {
 }
 
 uint64_t DramCache::used_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return used_bytes_;
 }
 uint64_t DramCache::budget_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return budget_bytes_;
 }
 size_t DramCache::entries() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return map_.size();
 }
 

@@ -11,9 +11,9 @@
 
 #include <cstdint>
 #include <list>
-#include <mutex>
 #include <unordered_map>
 
+#include "common/mutex.h"
 #include "daemon/source/chunk_key.h"
 #include "daemon/source/chunk_source.h"
 
@@ -46,13 +46,13 @@ class DramCache {
     ChunkKey key;
     ChunkPtr chunk;
   };
-  void EvictLocked();
+  void EvictLocked() REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  uint64_t budget_bytes_;                                                   // GUARDED_BY(mu_)
-  uint64_t used_bytes_ = 0;                                                 // GUARDED_BY(mu_)
-  std::list<Entry> lru_;  // front = most recent                            // GUARDED_BY(mu_)
-  std::unordered_map<ChunkKey, std::list<Entry>::iterator, ChunkKeyHash> map_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  uint64_t budget_bytes_ GUARDED_BY(mu_);
+  uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
+  std::list<Entry> lru_ GUARDED_BY(mu_);  // front = most recent
+  std::unordered_map<ChunkKey, std::list<Entry>::iterator, ChunkKeyHash> map_ GUARDED_BY(mu_);
 };
 
 }  // namespace shardcache::cache

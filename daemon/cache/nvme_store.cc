@@ -110,7 +110,10 @@ Result<std::unique_ptr<NvmeStore>> NvmeStore::OpenIndexAndRecover(const CacheOpt
   SC_ASSIGN_OR_RETURN(auto db, IndexDb::Open(options.dir + "/index", options.index_block_cache_bytes));
   std::unique_ptr<NvmeStore> store(
       new NvmeStore(options, configured_size_bytes, std::move(db), std::move(health), plan));
-  SC_RETURN_IF_ERROR(store->Recover());
+  {
+    MutexLock lock(&store->mu_);
+    SC_RETURN_IF_ERROR(store->Recover());
+  }
   return store;
 }
 
@@ -141,11 +144,11 @@ Result<std::unique_ptr<NvmeStore>> NvmeStore::Open(const CacheOptions& requested
 
 NvmeStore::~NvmeStore() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  writer_cv_.notify_all();
-  space_cv_.notify_all();
+  writer_cv_.NotifyAll();
+  space_cv_.NotifyAll();
   if (writer_.joinable()) writer_.join();
 }
 
@@ -235,7 +238,7 @@ Status NvmeStore::LoadEntries() {
   // Entries arrive in (segment, offset) order: remember the current segment.
   auto cur = segments_.end();
   Status s = db_->ForEachEntry(
-      [&](const EntryLocation& loc, const EntryRecord& e) {
+      [&](const EntryLocation& loc, const EntryRecord& e) REQUIRES(mu_) {
         if (cur == segments_.end() || cur->first != loc.segment) cur = segments_.find(loc.segment);
         auto it = cur;
         const uint64_t extent = ExtentBytes(e.length);
@@ -294,7 +297,7 @@ std::vector<ChunkPtr> NvmeStore::Lookup(std::span<const NvmeLookup> requests) {
   };
   std::vector<Job> jobs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (size_t i = 0; i < requests.size(); ++i) {
       const uint64_t fp = Fingerprint(requests[i].key);
       auto found = TouchLocked(fp);
@@ -381,7 +384,7 @@ uint8_t* Scratch(uint64_t bytes, AlignedBuffer* own) {
 
 std::vector<NvmeStore::PieceJob> NvmeStore::FindPieces(std::span<const NvmePiece> pieces, std::vector<bool>* hit) {
   std::vector<PieceJob> jobs;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < pieces.size(); ++i) {
     const NvmePiece& p = pieces[i];
     if (p.length == 0) {
@@ -476,19 +479,19 @@ std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
 }
 
 bool NvmeStore::Contains(const ChunkKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return index_.count(Fingerprint(key)) > 0;
 }
 
 ChunkPtr NvmeStore::Pending(const ChunkKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = pending_.find(key);
   return it == pending_.end() ? nullptr : it->second;
 }
 
 bool NvmeStore::DropEntry(uint64_t fp, const Loc& loc) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = index_.find(fp);
     if (it == index_.end() || !(it->second == loc)) return false;  // already gone or replaced
     index_.erase(it);
@@ -520,10 +523,10 @@ bool NvmeStore::Insert(const ChunkKey& key, ChunkPtr chunk, Clock::time_point de
     return false;
   }
   const uint64_t bytes = chunk->bytes.size();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stop_ || index_.count(Fingerprint(key)) || pending_.count(key)) return false;
   while (queue_bytes_ + bytes > options_.write_queue_bytes && !queue_.empty() && !stop_) {
-    if (space_cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+    if (space_cv_.WaitUntil(&mu_, deadline) == std::cv_status::timeout) {
       queue_full_dropped_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -532,15 +535,17 @@ bool NvmeStore::Insert(const ChunkKey& key, ChunkPtr chunk, Clock::time_point de
   pending_.emplace(key, chunk);
   queue_.push_back(QueueItem{key, std::move(chunk)});
   queue_bytes_ += bytes;
-  lock.unlock();
-  writer_cv_.notify_one();
+  lock.Unlock();
+  writer_cv_.NotifyOne();
   return true;
 }
 
 void NvmeStore::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  writer_cv_.notify_one();
-  idle_cv_.wait(lock, [&] { return stop_ || (queue_.empty() && !writer_busy_ && uncommitted_.empty()); });
+  MutexLock lock(&mu_);
+  writer_cv_.NotifyOne();
+  idle_cv_.Wait(&mu_, [&]() REQUIRES(mu_) {
+    return stop_ || (queue_.empty() && !writer_busy_ && uncommitted_.empty());
+  });
 }
 
 void NvmeStore::ProbeDisk() {
@@ -552,28 +557,28 @@ void NvmeStore::WriterLoop() {
   auto last_limits = Clock::now();
   auto last_probe = Clock::now();
   const auto interval = std::chrono::milliseconds(options_.commit_interval_ms);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
     if (queue_.empty()) {
       const bool have_work = !uncommitted_.empty();
       if (have_work || stop_) {
         writer_busy_ = true;
-        lock.unlock();
+        lock.Unlock();
         Commit();
         last_commit = Clock::now();
-        lock.lock();
+        lock.Lock();
         writer_busy_ = false;
       }
-      idle_cv_.notify_all();
+      idle_cv_.NotifyAll();
       if (stop_ && queue_.empty()) break;
       if (queue_.empty()) {
-        writer_cv_.wait_for(lock, std::chrono::seconds(1));
+        writer_cv_.WaitFor(&mu_, std::chrono::seconds(1));
         if (queue_.empty() && Clock::now() - last_limits > std::chrono::seconds(1)) {
           // Idle: persist access times now and then, and give space back if the floor is hit.
           bool dirty = false;
           for (auto& [id, s] : segments_) dirty |= s.record_dirty;
           writer_busy_ = true;
-          lock.unlock();
+          lock.Unlock();
           if (dirty && Clock::now() - last_commit > std::chrono::seconds(10)) {
             Commit();
             last_commit = Clock::now();
@@ -581,9 +586,9 @@ void NvmeStore::WriterLoop() {
           EnforceLimits();
           ProbeDisk();
           last_limits = last_probe = Clock::now();
-          lock.lock();
+          lock.Lock();
           writer_busy_ = false;
-          idle_cv_.notify_all();
+          idle_cv_.NotifyAll();
         }
       }
       continue;
@@ -596,26 +601,26 @@ void NvmeStore::WriterLoop() {
       queue_.pop_front();
     }
     writer_busy_ = true;
-    lock.unlock();
+    lock.Unlock();
     StoreBatch(batch);
     if (Clock::now() - last_probe >= std::chrono::seconds(1)) {  // busy: the idle tick above never runs
       ProbeDisk();
       last_probe = Clock::now();
     }
-    lock.lock();
+    lock.Lock();
     for (const auto& item : batch) {
       auto p = pending_.find(item.key);
       if (p != pending_.end() && p->second == item.chunk) pending_.erase(p);
     }
     queue_bytes_ -= batch_bytes;
-    space_cv_.notify_all();
+    space_cv_.NotifyAll();
     const bool commit_due = uncommitted_bytes_ >= options_.commit_bytes ||
                             (!uncommitted_.empty() && Clock::now() - last_commit >= interval);
     if (commit_due) {
-      lock.unlock();
+      lock.Unlock();
       Commit();
       last_commit = Clock::now();
-      lock.lock();
+      lock.Lock();
     }
     writer_busy_ = false;
   }
@@ -691,7 +696,7 @@ Result<std::shared_ptr<SegmentFile>> NvmeStore::CreateSegment(uint32_t id) {
     // Disk full from outside: give one segment back and try once more.
     std::shared_ptr<SegmentFile> victim;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (auto v = PickVictimLocked(std::nullopt)) victim = EvictLocked(*v);
     }
     if (victim) {
@@ -715,7 +720,7 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
   uint32_t id = 0;
   Room room;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     measured_index_bytes_ = measured;
     if (open_segment_ != 0) {
       auto& s = segments_[open_segment_];
@@ -754,7 +759,7 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
     return false;
   }
   health_->ReportSpace();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Segment seg;
   seg.file = std::move(*file);
   seg.last_tick = ++tick_;
@@ -806,7 +811,7 @@ Status NvmeStore::WriteExtents(const Group& g) {
 void NvmeStore::WriteGroup(Group& g) {
   if (g.items.empty()) return;
   const Status w = WriteExtents(g);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = segments_.find(g.segment);
   if (!w.ok()) {
     if (it != segments_.end()) {
@@ -875,7 +880,7 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
     AlignedBuffer table = BlockTable(item.chunk->bytes.data(), length);  // outside mu_
     bool fits = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (index_.count(fp)) continue;
       if (open_segment_ != 0 && open_segment_ == g.segment) {
         fits = segments_[open_segment_].write_offset + extent <= options_.segment_bytes;
@@ -886,7 +891,7 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
       WriteGroup(g);
       if (!EnsureOpenSegment(extent, fp)) continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (open_segment_ == 0) continue;
     const bool at_budget = AllocatedBytes(segments_.size() + 1, measured_index_bytes_) > size_bytes_;
     if (at_budget && !policy_->AdmitIntoFreedSpace(fp)) {
@@ -911,15 +916,16 @@ void NvmeStore::Commit() {
   std::vector<std::shared_ptr<SegmentFile>> to_sync;
   const uint64_t now_s = NowUnixSeconds();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     entries.swap(uncommitted_);
     uncommitted_bytes_ = 0;
     std::set<uint32_t> with_data;
     for (const auto& e : entries) with_data.insert(e.segment);
     // Entries of segments evicted before their commit are dropped here.
-    entries.erase(std::remove_if(entries.begin(), entries.end(),
-                                 [&](const EntryPut& e) { return segments_.count(e.segment) == 0; }),
-                  entries.end());
+    entries.erase(
+        std::remove_if(entries.begin(), entries.end(),
+                       [&](const EntryPut& e) REQUIRES(mu_) { return segments_.count(e.segment) == 0; }),
+        entries.end());
     for (auto& [id, s] : segments_) {
       if (!s.record_dirty && with_data.count(id) == 0) continue;
       if (with_data.count(id)) to_sync.push_back(s.file);
@@ -932,7 +938,7 @@ void NvmeStore::Commit() {
     }
   }
   if (entries.empty() && records.empty()) {
-    idle_cv_.notify_all();
+    idle_cv_.NotifyAll();
     return;
   }
   for (const auto& f : to_sync) {
@@ -948,7 +954,7 @@ void NvmeStore::Commit() {
     health_->ReportIoError(s.WithContext("group commit of " + std::to_string(entries.size()) + " entries"));
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [id, r] : records) {
     auto it = segments_.find(id);
     if (it != segments_.end()) it->second.durable_bytes = std::max(it->second.durable_bytes, r.durable_bytes);
@@ -962,7 +968,7 @@ void NvmeStore::EnforceLimits() {
     const int64_t headroom = HeadroomAboveFloor(options_);
     std::shared_ptr<SegmentFile> victim;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       measured_index_bytes_ = measured;
       if (AllocatedBytes(segments_.size(), measured) <= size_bytes_ && headroom >= 0) break;
       auto v = PickVictimLocked(std::nullopt);
@@ -980,7 +986,7 @@ void NvmeStore::EnforceLimits() {
 void NvmeStore::SetSizeBytes(uint64_t size_bytes) {
   const uint64_t fitted = FitToFileSystem(options_, size_bytes);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     size_bytes_ = fitted;
     configured_size_bytes_ = size_bytes;
   }
@@ -1001,7 +1007,7 @@ Status NvmeStore::EvictVersion(const Hash128& version) {
       [](const EntryLocation&) {}));
   std::vector<std::shared_ptr<SegmentFile>> victims;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::set<uint32_t> touched;
     for (const auto& [fp, loc] : fps) {
       auto it = index_.find(fp);
@@ -1026,7 +1032,7 @@ Status NvmeStore::EvictVersion(const Hash128& version) {
 NvmeStats NvmeStore::Stats() const {
   NvmeStats st;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     st.size_bytes = size_bytes_;
     st.configured_size_bytes = configured_size_bytes_;
     st.segments = segments_.size();

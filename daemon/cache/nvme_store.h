@@ -53,12 +53,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -68,6 +66,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "daemon/cache/access_plan.h"
 #include "daemon/cache/cache_options.h"
 #include "daemon/source/chunk_key.h"
@@ -201,13 +200,15 @@ class NvmeStore {
   NvmeStore(const CacheOptions& options, uint64_t configured_size_bytes, std::unique_ptr<IndexDb> db,
             std::unique_ptr<DiskHealth> health, const AccessPlan* plan);
   // Start-up: removes orphan segment files, opens the recorded segments, loads the index.
-  Status Recover();
+  // Called before the store is shared; holds mu_ only for the analysis.
+  Status Recover() REQUIRES(mu_);
   // Opens each recorded segment (dropping one whose file is missing, unreadable or shorter
   // than its durable watermark, with its entries) into segments_, ordered by last access.
-  Status OpenRecordedSegments(const std::map<uint32_t, SegmentRecord>& records, const std::set<uint32_t>& files);
+  Status OpenRecordedSegments(const std::map<uint32_t, SegmentRecord>& records, const std::set<uint32_t>& files)
+      REQUIRES(mu_);
   // Loads the index entries into index_, dropping those that point past a durable watermark
   // or into a missing segment.
-  Status LoadEntries();
+  Status LoadEntries() REQUIRES(mu_);
   static Result<std::unique_ptr<NvmeStore>> OpenIndexAndRecover(const CacheOptions& options,
                                                                 uint64_t configured_size_bytes,
                                                                 const AccessPlan* plan);
@@ -223,13 +224,13 @@ class NvmeStore {
   // (`headroom` above it now); the evicted files go to `victims` for DropFiles. kDeclined: the
   // policy keeps what is stored over this chunk; kDiskFull: short of disk with nothing to evict.
   Room MakeRoomLocked(uint64_t measured_index_bytes, int64_t headroom, uint64_t fingerprint,
-                      std::vector<std::shared_ptr<SegmentFile>>* victims);
+                      std::vector<std::shared_ptr<SegmentFile>>* victims) REQUIRES(mu_);
   // Creates segment file `id`; on ENOSPC evicts one segment and tries once more.
   Result<std::shared_ptr<SegmentFile>> CreateSegment(uint32_t id);
   // Counts a chunk not stored for want of disk space and tells DiskHealth.
   void PassThroughNoSpace(const std::string& what);
   // Bytes allocated under dir with `segments` segments: the budget's one formula (see above).
-  uint64_t AllocatedBytes(size_t segments, uint64_t measured_index_bytes) const;
+  uint64_t AllocatedBytes(size_t segments, uint64_t measured_index_bytes) const REQUIRES(mu_);
   struct Planned;
   struct Group;
   // One pwritev per IOV_MAX iovecs of the group's extents.
@@ -240,15 +241,15 @@ class NvmeStore {
   // Floor/budget enforcement when idle: evicts (forced) while over.
   void EnforceLimits();
 
-  // REQUIRES: mu_ held. Removes a segment from the table and the map; the caller passes the
+  // Removes a segment from the table and the map; the caller passes the
   // returned file to DropFiles after releasing mu_.
-  std::shared_ptr<SegmentFile> EvictLocked(uint32_t id);
-  std::optional<uint32_t> PickVictimLocked(std::optional<uint64_t> incoming);
-  void RemoveFingerprintLocked(uint64_t fp, uint32_t segment);
+  std::shared_ptr<SegmentFile> EvictLocked(uint32_t id) REQUIRES(mu_);
+  std::optional<uint32_t> PickVictimLocked(std::optional<uint64_t> incoming) REQUIRES(mu_);
+  void RemoveFingerprintLocked(uint64_t fp, uint32_t segment) REQUIRES(mu_);
   void DropFiles(const std::vector<std::shared_ptr<SegmentFile>>& files);
-  // REQUIRES: mu_ held. Where a stored chunk is, with its segment marked as used now (for lru);
+  // Where a stored chunk is, with its segment marked as used now (for lru);
   // nullopt when it is not stored.
-  std::optional<std::pair<Loc, std::shared_ptr<SegmentFile>>> TouchLocked(uint64_t fp);
+  std::optional<std::pair<Loc, std::shared_ptr<SegmentFile>>> TouchLocked(uint64_t fp) REQUIRES(mu_);
   struct PieceJob;
   // The pieces the index holds (marking their segments used now); empty pieces are hits at once.
   std::vector<PieceJob> FindPieces(std::span<const NvmePiece> pieces, std::vector<bool>* hit);
@@ -264,25 +265,25 @@ class NvmeStore {
   const std::unique_ptr<DiskHealth> health_;
   RecoveryStats recovery_;
 
-  mutable std::mutex mu_;
-  std::condition_variable writer_cv_;   // queue non-empty or stop
-  std::condition_variable space_cv_;    // queue has room
-  std::condition_variable idle_cv_;     // writer idle and everything committed
-  uint64_t size_bytes_;          // fitted to the file system       // GUARDED_BY(mu_)
-  uint64_t configured_size_bytes_;                               // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, Loc> index_;                      // GUARDED_BY(mu_)
-  std::map<uint32_t, Segment> segments_;                         // GUARDED_BY(mu_)
-  uint32_t open_segment_ = 0;   // 0 = none; ids start at 1      // GUARDED_BY(mu_)
-  uint32_t next_segment_id_ = 1;                                 // GUARDED_BY(mu_)
-  uint64_t tick_ = 0;                                            // GUARDED_BY(mu_)
-  std::vector<EntryPut> uncommitted_;                            // GUARDED_BY(mu_)
-  uint64_t uncommitted_bytes_ = 0;                               // GUARDED_BY(mu_)
-  std::deque<QueueItem> queue_;                                  // GUARDED_BY(mu_)
-  std::unordered_map<ChunkKey, ChunkPtr, ChunkKeyHash> pending_; // GUARDED_BY(mu_)
-  uint64_t queue_bytes_ = 0;                                     // GUARDED_BY(mu_)
-  bool writer_busy_ = false;                                     // GUARDED_BY(mu_)
-  bool stop_ = false;                                            // GUARDED_BY(mu_)
-  uint64_t measured_index_bytes_ = 0;                            // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar writer_cv_;                    // queue non-empty or stop
+  CondVar space_cv_;                     // queue has room
+  CondVar idle_cv_;                      // writer idle and everything committed
+  uint64_t size_bytes_ GUARDED_BY(mu_);  // fitted to the file system
+  uint64_t configured_size_bytes_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Loc> index_ GUARDED_BY(mu_);
+  std::map<uint32_t, Segment> segments_ GUARDED_BY(mu_);
+  uint32_t open_segment_ GUARDED_BY(mu_) = 0;  // 0 = none; ids start at 1
+  uint32_t next_segment_id_ GUARDED_BY(mu_) = 1;
+  uint64_t tick_ GUARDED_BY(mu_) = 0;
+  std::vector<EntryPut> uncommitted_ GUARDED_BY(mu_);
+  uint64_t uncommitted_bytes_ GUARDED_BY(mu_) = 0;
+  std::deque<QueueItem> queue_ GUARDED_BY(mu_);
+  std::unordered_map<ChunkKey, ChunkPtr, ChunkKeyHash> pending_ GUARDED_BY(mu_);
+  uint64_t queue_bytes_ GUARDED_BY(mu_) = 0;
+  bool writer_busy_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
+  uint64_t measured_index_bytes_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point enospc_backoff_until_{}; // writer thread only
 
   std::atomic<uint64_t> written_bytes_{0}, hits_{0}, misses_{0}, evicted_segments_{0},

@@ -43,14 +43,21 @@ Result<std::unique_ptr<Arena>> Arena::Create(uint64_t arena_bytes, uint32_t slot
   void* p = mmap(nullptr, a->arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd_.get(), 0);
   if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap of the batch arena");
   a->base_ = static_cast<uint8_t*>(p);
-  a->slots_.resize(slot_count);
-  a->faulted_front_.resize(slot_count);
+  {
+    // Not shared yet; the locks are taken for the analysis.
+    MutexLock l(&a->mu_);
+    a->slots_.resize(slot_count);
+  }
+  {
+    MutexLock l(&a->prefault_mu_);
+    a->faulted_front_.resize(slot_count);
+  }
   a->PrefaultFronts(a->slot_bytes_, kCreatePrefaultBytes);
   return a;
 }
 
 void Arena::PrefaultFronts(uint64_t front_bytes, uint64_t max_bytes) {
-  std::lock_guard<std::mutex> l(prefault_mu_);
+  MutexLock l(&prefault_mu_);
   // Whole pages (slot_bytes_ is a multiple of them): a later, longer front then starts where
   // madvise accepts it, on a page boundary.
   const uint64_t front = AlignUp(std::min(front_bytes, slot_bytes_), kDirectIoAlign);
@@ -74,7 +81,7 @@ void Arena::PrefaultFronts(uint64_t front_bytes, uint64_t max_bytes) {
 }
 
 uint64_t Arena::prefaulted_bytes() const {
-  std::lock_guard<std::mutex> l(prefault_mu_);
+  MutexLock l(&prefault_mu_);
   return prefaulted_bytes_;
 }
 
@@ -83,7 +90,7 @@ Arena::~Arena() {
 }
 
 std::optional<uint32_t> Arena::TryAcquire(uint64_t owner) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   for (uint32_t i = 0; i < slot_count_; ++i) {
     if (slots_[i].state == SlotState::kFree) {
       slots_[i] = {SlotState::kAssembling, owner};
@@ -94,13 +101,13 @@ std::optional<uint32_t> Arena::TryAcquire(uint64_t owner) {
 }
 
 void Arena::MarkDelivered(uint32_t slot) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   slots_[slot].state = SlotState::kDelivered;
 }
 
 Status Arena::Release(uint32_t slot, uint64_t owner) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (slot >= slot_count_) {
       return FailedPrecondition("slot " + std::to_string(slot) + " does not exist (arena has " +
                                 std::to_string(slot_count_) + ")");
@@ -112,14 +119,14 @@ Status Arena::Release(uint32_t slot, uint64_t owner) {
     }
     s = Slot{};
   }
-  freed_.notify_all();
+  freed_.NotifyAll();
   return Status::Ok();
 }
 
 uint32_t Arena::ReleaseAll(uint64_t owner) {
   uint32_t n = 0;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     for (auto& s : slots_) {
       if (s.state != SlotState::kFree && s.owner == owner) {
         s = Slot{};
@@ -127,39 +134,39 @@ uint32_t Arena::ReleaseAll(uint64_t owner) {
       }
     }
   }
-  if (n) freed_.notify_all();
+  if (n) freed_.NotifyAll();
   return n;
 }
 
 uint32_t Arena::FreeSlots() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   uint32_t n = 0;
   for (const auto& s : slots_) n += s.state == SlotState::kFree;
   return n;
 }
 
 uint32_t Arena::SlotsIn(SlotState state, uint64_t owner) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   uint32_t n = 0;
   for (const auto& s : slots_) n += s.state == state && s.owner == owner;
   return n;
 }
 
 uint32_t Arena::DeliveredSlots() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   uint32_t n = 0;
   for (const auto& s : slots_) n += s.state == SlotState::kDelivered;
   return n;
 }
 
 bool Arena::WaitForFree(std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> l(mu_);
-  return freed_.wait_until(l, deadline, [&] {
+  MutexLock l(&mu_);
+  return freed_.WaitUntil(&mu_, deadline, [&]() REQUIRES(mu_) {
     for (const auto& s : slots_) if (s.state == SlotState::kFree) return true;
     return false;
   });
 }
 
-void Arena::NotifyAll() { freed_.notify_all(); }
+void Arena::NotifyAll() { freed_.NotifyAll(); }
 
 }  // namespace shardcache::serve

@@ -22,14 +22,13 @@
 // Slot memory itself is written only by the slot's current owner.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "common/fs.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace shardcache::serve {
@@ -91,13 +90,13 @@ class Arena {
   uint32_t slot_count_ = 0;
   uint64_t slot_bytes_ = 0;
 
-  mutable std::mutex prefault_mu_;
-  uint64_t prefaulted_bytes_ = 0;         // GUARDED_BY(prefault_mu_)
-  std::vector<uint64_t> faulted_front_;  // GUARDED_BY(prefault_mu_): per slot
+  mutable Mutex prefault_mu_;
+  uint64_t prefaulted_bytes_ GUARDED_BY(prefault_mu_) = 0;
+  std::vector<uint64_t> faulted_front_ GUARDED_BY(prefault_mu_);  // per slot
 
-  mutable std::mutex mu_;
-  std::condition_variable freed_;
-  std::vector<Slot> slots_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar freed_;
+  std::vector<Slot> slots_ GUARDED_BY(mu_);
 };
 
 }  // namespace shardcache::serve

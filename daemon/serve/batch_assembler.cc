@@ -53,7 +53,7 @@ Result<const SampleLocator::ShardIndex*> SampleLocator::IndexOf(uint32_t shard) 
     }
   }
   if (has_fields_) SC_RETURN_IF_ERROR(LoadMembers(idx, shard, si.get()));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!indexes_[shard]) {
     indexes_[shard] = std::move(si);
     loaded_[shard].store(indexes_[shard].get(), std::memory_order_release);
@@ -175,19 +175,19 @@ BatchAssembler::BatchAssembler(ChunkSource& source, BatchAssemblerOptions option
 
 BatchAssembler::~BatchAssembler() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
-  work_.notify_all();
+  work_.NotifyAll();
   for (auto& t : workers_) t.join();
 }
 
 void BatchAssembler::Submit(std::function<void()> task, bool demand) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     (demand ? demand_ : warm_).push_back(std::move(task));
   }
-  work_.notify_one();
+  work_.NotifyOne();
 }
 
 void BatchAssembler::WorkerLoop() {
@@ -198,8 +198,8 @@ void BatchAssembler::WorkerLoop() {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      work_.wait(l, [&] { return stop_ || !demand_.empty() || !warm_.empty(); });
+      MutexLock l(&mu_);
+      work_.Wait(&mu_, [&]() REQUIRES(mu_) { return stop_ || !demand_.empty() || !warm_.empty(); });
       // Drain queued work before stopping so no Assemble() waits forever.
       if (!demand_.empty()) {
         task = std::move(demand_.front());
@@ -221,7 +221,7 @@ bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t
   // cost two context switches for nothing.
   if (source_.Holds(dataset, shard, first, count)) return true;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     const uint32_t cap = std::min(options_.max_warm_inflight,
                                   std::max<uint32_t>(1, options_.read_threads / 2));
     if (stop_ || warm_inflight_ >= cap) return false;
@@ -230,7 +230,7 @@ bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t
   Submit(
       [this, dataset, shard, first, count, still_wanted = std::move(still_wanted)] {
         if (still_wanted && !still_wanted()) {
-          std::lock_guard<std::mutex> l(mu_);
+          MutexLock l(&mu_);
           --warm_inflight_;
           return;
         }
@@ -240,7 +240,7 @@ bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t
                       std::chrono::milliseconds(options_.read_timeout_ms);
         if (source_.Prefetch(dataset, shard, first, count, ro).ok()) ServeMetrics::Get().warm_reads->Add(count);
         // A failed warm-up is not an error: the demand read will retry and report it.
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         --warm_inflight_;
       },
       /*demand=*/false);
@@ -248,7 +248,7 @@ bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t
 }
 
 uint32_t BatchAssembler::warm_inflight() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return warm_inflight_;
 }
 
@@ -326,7 +326,7 @@ void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t>
     std::vector<PieceRun> runs;
     ReadOptions options;
     AssembleDone done;
-    std::mutex mu;
+    Mutex mu;
     size_t pending = 0;
     Status first_error;
   };
@@ -366,7 +366,7 @@ void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t>
           Status s = source_.ReadPieces(job->dataset, r.shard, r.pieces, job->options);
           if (s.ok()) ServeMetrics::Get().chunk_reads->Add(r.count);
           {
-            std::lock_guard<std::mutex> l(job->mu);
+            MutexLock l(&job->mu);
             if (!s.ok() && job->first_error.ok()) job->first_error = s;
             if (--job->pending > 0) return;
           }

@@ -24,18 +24,17 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/sample_fields.h"
 #include "common/status.h"
 #include "daemon/source/chunk_source.h"
@@ -123,8 +122,8 @@ class SampleLocator {
   bool has_fields_ = false;
   std::vector<uint64_t> first_id_;  // first_id_[s] = first global id of shard s; back() = N
 
-  std::mutex mu_;
-  std::vector<std::unique_ptr<const ShardIndex>> indexes_;  // GUARDED_BY(mu_): owners
+  Mutex mu_;
+  std::vector<std::unique_ptr<const ShardIndex>> indexes_ GUARDED_BY(mu_);  // owners
   std::unique_ptr<std::atomic<const ShardIndex*>[]> loaded_;  // published after indexes_ holds it
 };
 
@@ -192,12 +191,12 @@ class BatchAssembler {
   ChunkSource& source_;
   const BatchAssemblerOptions options_;
 
-  mutable std::mutex mu_;
-  std::condition_variable work_;
-  std::deque<std::function<void()>> demand_;  // GUARDED_BY(mu_); served before warm_
-  std::deque<std::function<void()>> warm_;    // GUARDED_BY(mu_)
-  uint32_t warm_inflight_ = 0;                // GUARDED_BY(mu_)
-  bool stop_ = false;                         // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar work_;
+  std::deque<std::function<void()>> demand_ GUARDED_BY(mu_);  // served before warm_
+  std::deque<std::function<void()>> warm_ GUARDED_BY(mu_);
+  uint32_t warm_inflight_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 

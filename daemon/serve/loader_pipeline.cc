@@ -39,10 +39,10 @@ LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assemb
 
 void LoaderPipeline::Cancel() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   arena_.NotifyAll();
 }
 
@@ -51,15 +51,15 @@ LoaderPipeline::~LoaderPipeline() {
   thread_.join();
   {
     // Assemblies in flight call back into this object; their reads end by the read deadline.
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return assembling_ == 0; });
+    MutexLock l(&mu_);
+    cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return assembling_ == 0; });
   }
   arena_.ReleaseAll(id_);
   series_.open->Add(-1);
 }
 
 uint64_t LoaderPipeline::samples_consumed() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return slice_.RankConsumedAfter(consumed_);
 }
 
@@ -80,7 +80,7 @@ void LoaderPipeline::Run() {
     uint64_t first = 0, count = 0, seq = 0;
     bool want_slot = false;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       if (stop_) return;
       if (CanStartLocked()) {
         want_slot = true;
@@ -106,8 +106,8 @@ void LoaderPipeline::Run() {
     if (want_slot) {
       arena_.WaitForFree(std::chrono::steady_clock::now() + kIdlePoll);
     } else {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait_for(l, kIdlePoll, [&] { return stop_ || CanStartLocked(); });
+      MutexLock l(&mu_);
+      cv_.WaitFor(&mu_, kIdlePoll, [&]() REQUIRES(mu_) { return stop_ || CanStartLocked(); });
     }
   }
 }
@@ -127,7 +127,7 @@ void LoaderPipeline::StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, 
 }
 
 void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   --assembling_;
   auto it = inflight_.find(seq);
   InFlight& f = it->second;
@@ -170,7 +170,7 @@ void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
     ready_.push_back(std::move(d));
   }
   PublishLocked();
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void LoaderPipeline::PublishLocked() {
@@ -193,9 +193,9 @@ void LoaderPipeline::PublishLocked() {
 }
 
 void LoaderPipeline::OnReleased() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   PublishLocked();
-  cv_.notify_all();  // ready_ shrank: the pipeline thread may start the next batch
+  cv_.NotifyAll();  // ready_ shrank: the pipeline thread may start the next batch
 }
 
 void LoaderPipeline::CountDelivered(const Delivered& d) {
@@ -217,7 +217,7 @@ Status LoaderPipeline::BlockedLocked(bool ring_full) {
   if (!error_.ok()) {
     Status s = error_;
     error_ = Status::Ok();
-    cv_.notify_all();
+    cv_.NotifyAll();
     return s;
   }
   if (consumed_ >= total_) return Status::Ok();  // the caller reports the end of the epoch
@@ -244,7 +244,7 @@ bool LoaderPipeline::Warm() {
   if (lookahead == 0) return false;
   uint64_t base;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     base = assemble_index_;
   }
   const Hash128 version = VersionId(locator_->dataset()->version);
@@ -316,7 +316,7 @@ bool LoaderPipeline::SendWarm(const WarmRun& r) {
 Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock::time_point deadline,
                                                        const ClientGone& gone) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (ring_) return FailedPrecondition("loader " + std::to_string(id_) + " delivers through its batch ring");
   for (;;) {
     if (stop_) return Cancelled("loader " + std::to_string(id_) + " was closed");
@@ -326,8 +326,8 @@ Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock
       arena_.MarkDelivered(d.slot);
       consumed_ += d.batch.sample_ids.size();
       d.wait_us = MicrosSince(t0);
-      l.unlock();
-      cv_.notify_all();
+      l.Unlock();
+      cv_.NotifyAll();
       CountDelivered(d);
       CountWait(d.wait_us);
       return d;
@@ -339,7 +339,7 @@ Result<LoaderPipeline::Delivered> LoaderPipeline::Next(std::chrono::steady_clock
       return d;
     }
     if (std::chrono::steady_clock::now() >= deadline) return NotReadyLocked();
-    SC_RETURN_IF_ERROR(WaitLocked(l, deadline, gone));
+    SC_RETURN_IF_ERROR(WaitLocked(deadline, gone));
   }
 }
 
@@ -347,7 +347,7 @@ Result<LoaderPipeline::RingWait> LoaderPipeline::WaitPublished(uint64_t index,
                                                                 std::chrono::steady_clock::time_point deadline,
                                                                 const ClientGone& gone) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!ring_) return FailedPrecondition("loader " + std::to_string(id_) + " has no batch ring");
   if (index > ring_->published()) {
     return InvalidArgument("batch ring entry " + std::to_string(index) + " of loader " + std::to_string(id_) +
@@ -360,7 +360,7 @@ Result<LoaderPipeline::RingWait> LoaderPipeline::WaitPublished(uint64_t index,
       RingWait w;
       w.published = ring_->published();
       w.wait_us = MicrosSince(t0);
-      l.unlock();
+      l.Unlock();
       CountWait(w.wait_us);
       return w;
     }
@@ -372,15 +372,14 @@ Result<LoaderPipeline::RingWait> LoaderPipeline::WaitPublished(uint64_t index,
       return w;
     }
     if (std::chrono::steady_clock::now() >= deadline) return NotReadyLocked();
-    SC_RETURN_IF_ERROR(WaitLocked(l, deadline, gone));
+    SC_RETURN_IF_ERROR(WaitLocked(deadline, gone));
   }
 }
 
-Status LoaderPipeline::WaitLocked(std::unique_lock<std::mutex>& l, std::chrono::steady_clock::time_point deadline,
-                                  const ClientGone& gone) {
+Status LoaderPipeline::WaitLocked(std::chrono::steady_clock::time_point deadline, const ClientGone& gone) {
   // Bounded waits: a slot freed elsewhere wakes the arena's waiters, not this cv, and a client
   // that went away wakes nobody.
-  cv_.wait_until(l, std::min(deadline, std::chrono::steady_clock::now() + kIdlePoll));
+  cv_.WaitUntil(&mu_, std::min(deadline, std::chrono::steady_clock::now() + kIdlePoll));
   if (gone && gone()) return Cancelled("the client of loader " + std::to_string(id_) + " went away while it waited");
   return Status::Ok();
 }

@@ -27,7 +27,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -37,6 +36,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/plan/rank_slice.h"
 #include "daemon/serve/arena.h"
@@ -136,31 +136,30 @@ class LoaderPipeline {
 
  private:
   void Run();
-  // REQUIRES: mu_ held. Another batch may start assembling now.
-  bool CanStartLocked() const;
+  // Another batch may start assembling now.
+  bool CanStartLocked() const REQUIRES(mu_);
   // Starts assembling slice samples [first, first + count) into `slot`. Called without mu_.
   void StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, uint64_t count);
   // The assembler's report of assembly `seq` (any thread, without mu_).
   void OnAssembled(uint64_t seq, Status s, AssembledBatch batch);
   // Issues warm reads; true when it made progress.
   bool Warm();
-  // REQUIRES: mu_ held. Moves ready batches into the ring while it has room.
-  void PublishLocked();
-  // REQUIRES: mu_ held. The loader's error (once), or — while samples remain — ResourceExhausted
+  // Moves ready batches into the ring while it has room.
+  void PublishLocked() REQUIRES(mu_);
+  // The loader's error (once), or — while samples remain — ResourceExhausted
   // when only the client can free a slot for the next batch (`ring_full`: its ring entries are
   // all held); OK otherwise.
-  Status BlockedLocked(bool ring_full);
+  Status BlockedLocked(bool ring_full) REQUIRES(mu_);
   // Counts a batch handed to the client.
   void CountDelivered(const Delivered& d);
   // Counts how long a client waited for a batch.
   void CountWait(uint64_t wait_us);
-  // REQUIRES: mu_ held. DeadlineExceeded for a batch that is not ready, saying why when no slot
+  // DeadlineExceeded for a batch that is not ready, saying why when no slot
   // is free for it.
-  Status NotReadyLocked() const;
-  // REQUIRES: mu_ held. Waits (mu_ released) until woken, `deadline` or kIdlePoll; Cancelled
+  Status NotReadyLocked() const REQUIRES(mu_);
+  // Waits (mu_ released) until woken, `deadline` or kIdlePoll; Cancelled
   // when the client is gone or the loader stopped.
-  Status WaitLocked(std::unique_lock<std::mutex>& l, std::chrono::steady_clock::time_point deadline,
-                    const ClientGone& gone);
+  Status WaitLocked(std::chrono::steady_clock::time_point deadline, const ClientGone& gone) REQUIRES(mu_);
 
   const uint64_t id_;
   Arena& arena_;
@@ -171,10 +170,10 @@ class LoaderPipeline {
   const uint64_t batch_size_;
   const uint64_t total_;  // samples this loader delivers
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;              // GUARDED_BY(mu_)
-  uint32_t assembling_ = 0;        // GUARDED_BY(mu_): assemblies whose reads are running
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  uint32_t assembling_ GUARDED_BY(mu_) = 0;  // assemblies whose reads are running
   // Assemblies started and not yet handed to ready_, by sequence number; order_ lists the ones
   // still to be delivered, in plan order (cancelled ones stay in inflight_ until they report).
   struct InFlight {
@@ -184,15 +183,15 @@ class LoaderPipeline {
     bool cancelled = false;
     AssembledBatch batch;
   };
-  std::map<uint64_t, InFlight> inflight_;  // GUARDED_BY(mu_)
-  std::deque<uint64_t> order_;             // GUARDED_BY(mu_)
-  uint64_t next_assembly_ = 0;             // GUARDED_BY(mu_)
-  uint64_t assemble_index_ = 0;    // GUARDED_BY(mu_): next slice index to assemble
-  uint64_t consumed_ = 0;          // GUARDED_BY(mu_): slice index after the last delivered batch
-  uint64_t next_seq_ = 0;          // GUARDED_BY(mu_)
-  Status error_;                   // GUARDED_BY(mu_)
-  std::deque<Delivered> ready_;    // GUARDED_BY(mu_)
-  const std::unique_ptr<batch_ring::RingWriter> ring_;  // Publish() GUARDED_BY(mu_)
+  std::map<uint64_t, InFlight> inflight_ GUARDED_BY(mu_);
+  std::deque<uint64_t> order_ GUARDED_BY(mu_);
+  uint64_t next_assembly_ GUARDED_BY(mu_) = 0;
+  uint64_t assemble_index_ GUARDED_BY(mu_) = 0;  // next slice index to assemble
+  uint64_t consumed_ GUARDED_BY(mu_) = 0;        // slice index after the last delivered batch
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  Status error_ GUARDED_BY(mu_);
+  std::deque<Delivered> ready_ GUARDED_BY(mu_);
+  const std::unique_ptr<batch_ring::RingWriter> ring_ PT_GUARDED_BY(mu_);  // the pointer is const; Publish() under mu_
 
   // Warm-read bookkeeping, used by the pipeline thread only.
   struct Warmed {

@@ -60,7 +60,7 @@ struct LocalService::Connection {
   std::thread thread;
   std::atomic<bool> done{false};
 
-  mutable std::mutex mu;  // guards arena (set once) and loaders for readers on other threads
+  mutable Mutex mu;  // guards arena (set once) and loaders for readers on other threads
   std::unique_ptr<Arena> arena;
   std::map<uint64_t, std::unique_ptr<LoaderPipeline>> loaders;
 };
@@ -112,18 +112,21 @@ Status LocalService::Start() {
   stop_event_.Reset(::eventfd(0, EFD_CLOEXEC));
   if (!stop_event_.valid()) return ErrnoStatus(errno, "eventfd");
   {
-    std::lock_guard<std::mutex> l(warm_mu_);
+    MutexLock l(&warm_mu_);
     warm_stopping_ = false;
   }
   started_ = true;
   {
-    std::lock_guard<std::mutex> l(retire_mu_);
+    MutexLock l(&retire_mu_);
     reaper_stop_ = false;
   }
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   if (options_.observer) {
-    observer_stop_ = false;
+    {
+      MutexLock l(&observer_mu_);
+      observer_stop_ = false;
+    }
     observer_thread_ = std::thread([this] { ObserverLoop(); });
   }
   spdlog::info("local service listening on {} (arena {} bytes in {} slots per client)", path,
@@ -139,13 +142,13 @@ void LocalService::Disconnect() {
   accept_thread_.join();
   // Warm jobs first: a connection thread answering WarmDataset right now is refused from here on.
   StopWarmJobs();
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   stopping_ = true;
   for (auto& c : connections_) {
     // The client sees the daemon go at once (and reconnects to its successor); nothing it is
     // sent after this, such as the error of a read the stop cut short, reaches it.
     ::shutdown(c->fd.get(), SHUT_RDWR);
-    std::lock_guard<std::mutex> cl(c->mu);
+    MutexLock cl(&c->mu);
     for (auto& [id, loader] : c->loaders) loader->Cancel();  // wakes a waiting NextBatch
   }
 }
@@ -157,30 +160,30 @@ void LocalService::Stop() {
   disconnected_ = false;
   if (observer_thread_.joinable()) {
     {
-      std::lock_guard<std::mutex> l(observer_mu_);
+      MutexLock l(&observer_mu_);
       observer_stop_ = true;
     }
-    observer_cv_.notify_all();
+    observer_cv_.NotifyAll();
     observer_thread_.join();
   }
   std::list<std::unique_ptr<Connection>> conns;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     conns.swap(connections_);
   }
   for (auto& c : conns) c->thread.join();
   conns.clear();
   {
-    std::lock_guard<std::mutex> l(retire_mu_);
+    MutexLock l(&retire_mu_);
     reaper_stop_ = true;
   }
-  retire_cv_.notify_all();
+  retire_cv_.NotifyAll();
   reaper_thread_.join();  // after the retired loaders' reads ended (the caller shut the source down)
   ConnectionsGauge()->Set(0);
   listen_fd_.Reset();
   ::unlink(options_.socket_path.c_str());
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stopping_ = false;
   }
 }
@@ -189,7 +192,7 @@ void LocalService::ReapFinished() {
   std::list<std::unique_ptr<Connection>> finished;
   bool no_clients;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     for (auto it = connections_.begin(); it != connections_.end();) {
       if ((*it)->done.load()) {
         finished.push_back(std::move(*it));
@@ -205,7 +208,7 @@ void LocalService::ReapFinished() {
   trim_pending_ = trim_pending_ || !finished.empty();
   if (!trim_pending_ || !no_clients) return;
   {
-    std::lock_guard<std::mutex> l(retire_mu_);
+    MutexLock l(&retire_mu_);
     if (!retired_.empty()) return;  // the reaper still tears loaders down; next round
   }
   ReturnFreeHeapToKernel();
@@ -246,7 +249,7 @@ void LocalService::AcceptLoop() {
       (void)SendResponse(fd.get(), refusal);
       continue;  // closes fd
     }
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (connections_.size() >= options_.max_connections) {
       RefusedCounter()->Add();
       SC_LOG_RATE_LIMITED(spdlog::level::warn, "refusing local connection from pid {}: {} connections open",
@@ -269,7 +272,7 @@ void LocalService::AcceptLoop() {
 }
 
 Result<std::shared_ptr<SampleLocator>> LocalService::LocatorFor(const DatasetPtr& dataset) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto& w = locators_[dataset->version];
   if (auto p = w.lock()) return p;
   auto p = std::make_shared<SampleLocator>(source_, dataset);
@@ -341,7 +344,7 @@ Status LocalService::OpenLoader(Connection* c, const v1::OpenLoaderRequest& requ
     r->set_ring_bytes(br->bytes());
     *pass_fd = br->fd();  // sent before the loader could go away: only this thread closes it
   }
-  std::lock_guard<std::mutex> l(c->mu);
+  MutexLock l(&c->mu);
   c->loaders[id] = std::move(pipe);
   return Status::Ok();
 }
@@ -352,7 +355,7 @@ void LocalService::NoteLoaderForObserver(const DatasetPtr& dataset, const std::s
   const std::string key = PlanKey(dataset, slice.plan()->options()) + "/" + std::to_string(so.world_size) + "/" +
                           std::to_string(so.start_position);
   {
-    std::lock_guard<std::mutex> l(observer_mu_);
+    MutexLock l(&observer_mu_);
     PlanUse& u = plan_uses_[key];
     u.dataset = dataset;
     u.locator = locator;
@@ -364,21 +367,21 @@ void LocalService::NoteLoaderForObserver(const DatasetPtr& dataset, const std::s
     it->second = std::min(it->second, so.rank_start);
     u.dirty = true;
   }
-  observer_cv_.notify_all();
+  observer_cv_.NotifyAll();
 }
 
 void LocalService::ObserverLoop() {
-  std::unique_lock<std::mutex> l(observer_mu_);
+  MutexLock l(&observer_mu_);
   for (;;) {
-    observer_cv_.wait(l, [&] {
+    observer_cv_.Wait(&observer_mu_, [&]() REQUIRES(observer_mu_) {
       if (observer_stop_) return true;
       for (auto& [k, u] : plan_uses_) if (u.dirty) return true;
       return false;
     });
     if (observer_stop_) return;
     // Let the other ranks of the job open before computing.
-    observer_cv_.wait_for(l, std::chrono::milliseconds(options_.observer_delay_ms),
-                          [&] { return observer_stop_; });
+    observer_cv_.WaitFor(&observer_mu_, std::chrono::milliseconds(options_.observer_delay_ms),
+                         [&]() REQUIRES(observer_mu_) { return observer_stop_; });
     if (observer_stop_) return;
     std::vector<PlanUse> todo;
     for (auto it = plan_uses_.begin(); it != plan_uses_.end();) {
@@ -392,7 +395,7 @@ void LocalService::ObserverLoop() {
       }
       ++it;
     }
-    l.unlock();
+    l.Unlock();
     for (const PlanUse& u : todo) {
       auto plan = u.plan.lock();
       auto locator = u.locator.lock();
@@ -423,7 +426,7 @@ void LocalService::ObserverLoop() {
       }
       options_.observer(u.dataset, order);
     }
-    l.lock();
+    l.Lock();
   }
 }
 
@@ -437,7 +440,7 @@ Result<std::shared_ptr<const plan::EpochPlan>> LocalService::PlanFor(const Datas
                                                                      const plan::PlanOptions& o) {
   const std::string key = PlanKey(dataset, o);
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     for (auto it = plans_.begin(); it != plans_.end();) {
       it = it->second.expired() ? plans_.erase(it) : std::next(it);
     }
@@ -447,7 +450,7 @@ Result<std::shared_ptr<const plan::EpochPlan>> LocalService::PlanFor(const Datas
   }
   // Built outside the lock: a plan of millions of samples takes a moment.
   SC_ASSIGN_OR_RETURN(auto p, plan::EpochPlan::Make(plan::LayoutOf(*dataset), o));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (auto it = plans_.find(key); it != plans_.end()) {
     if (auto existing = it->second.lock()) return existing;
   }
@@ -553,7 +556,7 @@ Status LocalService::Hello(Connection* c, uint32_t version, v1::HelloResponse* h
                               std::to_string(local_wire::kMinProtocolVersion) + " to " +
                               std::to_string(local_wire::kProtocolVersion));
   }
-  std::lock_guard<std::mutex> l(c->mu);
+  MutexLock l(&c->mu);
   if (c->arena) return FailedPrecondition("Hello sent twice on one connection");
   SC_ASSIGN_OR_RETURN(c->arena, Arena::Create(options_.arena_bytes, options_.slot_count));
   c->protocol_version = version;
@@ -609,7 +612,7 @@ Status LocalService::ReleaseBatch(Connection* c, uint64_t loader_id, uint32_t sl
 Status LocalService::CloseLoader(Connection* c, uint64_t loader_id) {
   std::unique_ptr<LoaderPipeline> doomed;
   {
-    std::lock_guard<std::mutex> l(c->mu);
+    MutexLock l(&c->mu);
     auto it = c->loaders.find(loader_id);
     if (it == c->loaders.end()) return NotFound("no open loader " + std::to_string(loader_id));
     doomed = std::move(it->second);
@@ -622,7 +625,7 @@ Status LocalService::CloseLoader(Connection* c, uint64_t loader_id) {
 void LocalService::Disconnected(Connection* c) {
   Retired gone;
   {
-    std::lock_guard<std::mutex> l(c->mu);
+    MutexLock l(&c->mu);
     gone.loaders.swap(c->loaders);
     gone.arena = std::move(c->arena);
   }
@@ -631,29 +634,29 @@ void LocalService::Disconnected(Connection* c) {
   {
     // Disconnect() shuts client sockets down under mu_: never while this one closes (the number
     // could already name another file).
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     c->fd.Reset();
   }
 }
 
 void LocalService::Retire(Retired r) {
   {
-    std::lock_guard<std::mutex> l(retire_mu_);
+    MutexLock l(&retire_mu_);
     retired_.push_back(std::move(r));
   }
-  retire_cv_.notify_all();
+  retire_cv_.NotifyAll();
 }
 
 void LocalService::ReaperLoop() {
-  std::unique_lock<std::mutex> l(retire_mu_);
+  MutexLock l(&retire_mu_);
   for (;;) {
-    retire_cv_.wait(l, [&] { return reaper_stop_ || !retired_.empty(); });
+    retire_cv_.Wait(&retire_mu_, [&]() REQUIRES(retire_mu_) { return reaper_stop_ || !retired_.empty(); });
     if (retired_.empty()) return;  // stopping, and nothing left
     Retired r = std::move(retired_.front());
-    l.unlock();
+    l.Unlock();
     r.loaders.clear();  // loaders first: their reads write into the arena
     r.arena.reset();
-    l.lock();
+    l.Lock();
     retired_.pop_front();
   }
 }
@@ -662,7 +665,7 @@ Status LocalService::StartWarm(const std::string& dataset, v1::WarmDatasetRespon
   // The manifest first, outside the lock: over a grpc upstream it may take a round trip.
   auto ds = source_.OpenDataset(dataset);
   if (!ds.ok()) return ds.status().WithContext("warming dataset '" + dataset + "'");
-  std::lock_guard<std::mutex> l(warm_mu_);
+  MutexLock l(&warm_mu_);
   if (warm_stopping_) return Unavailable("shardcached is shutting down; not warming '" + dataset + "'");
   std::vector<std::string> running;
   for (const auto& [id, job] : warm_jobs_) {
@@ -707,7 +710,7 @@ Status LocalService::StartWarm(const std::string& dataset, v1::WarmDatasetRespon
 }
 
 Status LocalService::WarmStatus(uint64_t warm_id, v1::WarmStatusResponse* r) const {
-  std::lock_guard<std::mutex> l(warm_mu_);
+  MutexLock l(&warm_mu_);
   auto it = warm_jobs_.find(warm_id);
   if (it == warm_jobs_.end()) {
     return NotFound("no warm job " + std::to_string(warm_id) + " (the daemon keeps the last " +
@@ -733,7 +736,7 @@ Status LocalService::WarmStatus(uint64_t warm_id, v1::WarmStatusResponse* r) con
 void LocalService::StopWarmJobs() {
   std::map<uint64_t, std::unique_ptr<WarmJob>> jobs;
   {
-    std::lock_guard<std::mutex> l(warm_mu_);
+    MutexLock l(&warm_mu_);
     warm_stopping_ = true;
     jobs.swap(warm_jobs_);
   }
@@ -743,14 +746,14 @@ void LocalService::StopWarmJobs() {
 }
 
 size_t LocalService::running_warm_jobs() const {
-  std::lock_guard<std::mutex> l(warm_mu_);
+  MutexLock l(&warm_mu_);
   size_t n = 0;
   for (const auto& [id, job] : warm_jobs_) n += !job->finished();
   return n;
 }
 
 size_t LocalService::connection_count() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   size_t n = 0;
   for (const auto& c : connections_) n += !c->done.load();
   return n;
@@ -759,22 +762,22 @@ size_t LocalService::connection_count() const {
 size_t LocalService::loader_count() const {
   size_t n = 0;
   {
-    std::lock_guard<std::mutex> l(retire_mu_);
+    MutexLock l(&retire_mu_);
     for (const Retired& r : retired_) n += r.loaders.size();
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   for (const auto& c : connections_) {
-    std::lock_guard<std::mutex> cl(c->mu);
+    MutexLock cl(&c->mu);
     n += c->loaders.size();
   }
   return n;
 }
 
 uint32_t LocalService::slots_in_use() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   uint32_t n = 0;
   for (const auto& c : connections_) {
-    std::lock_guard<std::mutex> cl(c->mu);
+    MutexLock cl(&c->mu);
     if (c->arena) n += c->arena->slot_count() - c->arena->FreeSlots();
   }
   return n;

@@ -49,18 +49,17 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/fs.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/plan/epoch_plan.h"
 #include "daemon/serve/batch_assembler.h"
@@ -235,11 +234,11 @@ class LocalService {
   bool started_ = false;       // Start/Disconnect/Stop run on one controlling thread
   bool disconnected_ = false;
 
-  mutable std::mutex mu_;
-  std::list<std::unique_ptr<Connection>> connections_;  // GUARDED_BY(mu_)
-  bool stopping_ = false;                               // GUARDED_BY(mu_)
-  std::map<std::string, std::weak_ptr<SampleLocator>> locators_;       // GUARDED_BY(mu_)
-  std::map<std::string, std::weak_ptr<const plan::EpochPlan>> plans_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::list<std::unique_ptr<Connection>> connections_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::map<std::string, std::weak_ptr<SampleLocator>> locators_ GUARDED_BY(mu_);
+  std::map<std::string, std::weak_ptr<const plan::EpochPlan>> plans_ GUARDED_BY(mu_);
 
   // Access-order reports, by plan key.
   struct PlanUse {
@@ -251,10 +250,10 @@ class LocalService {
     std::map<uint32_t, uint64_t> rank_start;  // local rank → earliest rank start seen
     bool dirty = false;
   };
-  std::mutex observer_mu_;
-  std::condition_variable observer_cv_;
-  std::map<std::string, PlanUse> plan_uses_;  // GUARDED_BY(observer_mu_)
-  bool observer_stop_ = false;                // GUARDED_BY(observer_mu_)
+  Mutex observer_mu_;
+  CondVar observer_cv_;
+  std::map<std::string, PlanUse> plan_uses_ GUARDED_BY(observer_mu_);
+  bool observer_stop_ GUARDED_BY(observer_mu_) = false;
   std::thread observer_thread_;
 
   // The loaders of clients that went away, with the arena they write into, are torn down by
@@ -267,18 +266,18 @@ class LocalService {
   };
   void Retire(Retired r);
   void ReaperLoop();
-  mutable std::mutex retire_mu_;
-  std::condition_variable retire_cv_;
-  std::deque<Retired> retired_;  // GUARDED_BY(retire_mu_)
-  bool reaper_stop_ = false;     // GUARDED_BY(retire_mu_)
+  mutable Mutex retire_mu_;
+  CondVar retire_cv_;
+  std::deque<Retired> retired_ GUARDED_BY(retire_mu_);
+  bool reaper_stop_ GUARDED_BY(retire_mu_) = false;
   bool trim_pending_ = false;    // accept thread only: a connection ended since the last trim
   std::thread reaper_thread_;
 
   // Warm jobs by id: the running ones and the last kKeptWarmJobs finished ones.
-  mutable std::mutex warm_mu_;
-  std::map<uint64_t, std::unique_ptr<WarmJob>> warm_jobs_;  // GUARDED_BY(warm_mu_)
-  uint64_t next_warm_id_ = 1;                               // GUARDED_BY(warm_mu_)
-  bool warm_stopping_ = false;                              // GUARDED_BY(warm_mu_)
+  mutable Mutex warm_mu_;
+  std::map<uint64_t, std::unique_ptr<WarmJob>> warm_jobs_ GUARDED_BY(warm_mu_);
+  uint64_t next_warm_id_ GUARDED_BY(warm_mu_) = 1;
+  bool warm_stopping_ GUARDED_BY(warm_mu_) = false;
 };
 
 }  // namespace shardcache::serve

@@ -79,8 +79,8 @@ OriginService::OriginService(ChunkSource& source, OriginServiceOptions options)
 }
 
 OriginService::~OriginService() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return threads_ == 0; });
+  MutexLock lock(&mu_);
+  cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return threads_ == 0; });
 }
 
 grpc::Status OriginService::Admit(const grpc::CallbackServerContext& ctx, std::string* client) {
@@ -90,7 +90,7 @@ grpc::Status OriginService::Admit(const grpc::CallbackServerContext& ctx, std::s
   if (const size_t colon = client->rfind(':'); colon != std::string::npos && colon > client->find(':')) {
     client->resize(colon);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint32_t& mine = calls_by_client_[*client];
   if (calls_ >= options_.max_calls || mine >= options_.max_calls_per_client) {
     const bool global = calls_ >= options_.max_calls;
@@ -107,20 +107,20 @@ grpc::Status OriginService::Admit(const grpc::CallbackServerContext& ctx, std::s
 
 void OriginService::Spawn(std::string client, std::function<void()> fn) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++threads_;
   }
   std::thread([this, client = std::move(client), fn = std::move(fn)] {
     fn();
     bool idle = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (auto it = calls_by_client_.find(client); it != calls_by_client_.end() && --it->second == 0) {
         calls_by_client_.erase(it);
       }
       --calls_;
       idle = calls_ == 0;
-      if (--threads_ == 0) cv_.notify_all();
+      if (--threads_ == 0) cv_.NotifyAll();
     }
     // A burst of calls is over: hand the buffers it freed back to the kernel.
     if (idle) ReturnFreeHeapToKernel();
@@ -128,19 +128,19 @@ void OriginService::Spawn(std::string client, std::function<void()> fn) {
 }
 
 uint32_t OriginService::calls_running() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return calls_;
 }
 
 bool OriginService::ReserveQueued(uint64_t bytes, bool first_of_stream) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!first_of_stream && queued_bytes_ + bytes > options_.max_queued_bytes) return false;
   queued_bytes_ += bytes;
   return true;
 }
 
 void OriginService::ReleaseQueued(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   queued_bytes_ -= bytes;
 }
 
@@ -251,7 +251,7 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
   // Ends the call before any producer started (e.g. authentication failed).
   void Reject(const grpc::Status& s) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       producer_done_ = finished_ = true;
       final_ = s;
     }
@@ -262,7 +262,7 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
     v1::ChunkMessage* next = nullptr;
     bool finish = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!ok) {
         broken_ = true;
         DropQueueLocked();
@@ -274,14 +274,14 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
       writing_ = next != nullptr;
       if (!writing_ && producer_done_ && !finished_) finish = finished_ = true;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     if (next != nullptr) StartWrite(next);
     if (finish) DoFinish();
   }
 
   void OnCancel() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       broken_ = true;
       // The one being written (if any) stays until its OnWriteDone releases it.
       while (queue_.size() > (writing_ ? 1u : 0u)) {
@@ -289,11 +289,14 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
         queue_.pop_back();
       }
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 
   void OnDone() override {
-    CountRequest("ReadChunks", final_);
+    {
+      MutexLock lock(&mu_);  // final_ no longer changes; taken for the analysis
+      CountRequest("ReadChunks", final_);
+    }
     delete this;
   }
 
@@ -304,13 +307,13 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
     v1::ChunkMessage* start = nullptr;
     const uint64_t bytes = msg->ByteSizeLong();
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (;;) {
-        cv_.wait(lock, [&] { return broken_ || queue_.size() < svc_->options_.queue_depth; });
+        cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return broken_ || queue_.size() < svc_->options_.queue_depth; });
         if (broken_) return false;
         if (svc_->ReserveQueued(bytes, queue_.empty())) break;
         // Other streams' writes free the shared budget; they do not wake this stream.
-        cv_.wait_for(lock, std::chrono::milliseconds(20));
+        cv_.WaitFor(&mu_, std::chrono::milliseconds(20));
       }
       queue_.push_back(std::move(msg));
       if (!writing_) {
@@ -348,7 +351,7 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
     }
     bool finish = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       producer_done_ = true;
       final_ = ToGrpcStatus(st);
       if (!writing_ && !finished_) finish = finished_ = true;
@@ -356,8 +359,8 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
     if (finish) DoFinish();
   }
 
-  // REQUIRES: mu_ held. Forgets every queued message (the client is gone).
-  void DropQueueLocked() {
+  // Forgets every queued message (the client is gone).
+  void DropQueueLocked() REQUIRES(mu_) {
     for (const auto& m : queue_) svc_->ReleaseQueued(m->ByteSizeLong());
     queue_.clear();
   }
@@ -365,7 +368,7 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
   void DoFinish() {
     grpc::Status s;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       s = final_;
     }
     Finish(s);
@@ -374,14 +377,14 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
   OriginService* const svc_;
   const v1::ReadChunksRequest req_;
   const Clock::time_point deadline_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<v1::ChunkMessage>> queue_;  // GUARDED_BY(mu_); front is being written
-  bool writing_ = false;                                 // GUARDED_BY(mu_)
-  bool broken_ = false;                                  // GUARDED_BY(mu_), cancelled / write failed
-  bool producer_done_ = false;                           // GUARDED_BY(mu_)
-  bool finished_ = false;                                // GUARDED_BY(mu_)
-  grpc::Status final_;                                   // GUARDED_BY(mu_) until finished_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::unique_ptr<v1::ChunkMessage>> queue_ GUARDED_BY(mu_);  // front is being written
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool broken_ GUARDED_BY(mu_) = false;  // cancelled / write failed
+  bool producer_done_ GUARDED_BY(mu_) = false;
+  bool finished_ GUARDED_BY(mu_) = false;
+  grpc::Status final_ GUARDED_BY(mu_);  // until finished_
 };
 
 grpc::ServerWriteReactor<v1::ChunkMessage>* OriginService::ReadChunks(grpc::CallbackServerContext* ctx,

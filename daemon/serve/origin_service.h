@@ -33,13 +33,12 @@
 // threads, so destroy it only after the server has shut down.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "daemon/serve/grpc_server.h"
 #include "daemon/serve/served_versions.h"
 #include "daemon/source/chunk_source.h"
@@ -104,13 +103,13 @@ class OriginService final : public v1::Origin::CallbackService {
   const OriginServiceOptions options_;
   const BearerTokenCheck auth_;
   ServedVersions versions_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int threads_ = 0;                                 // GUARDED_BY(mu_)
-  std::map<std::string, uint32_t> calls_by_client_;  // GUARDED_BY(mu_)
-  uint32_t calls_ = 0;                              // GUARDED_BY(mu_)
-  uint64_t queued_bytes_ = 0;                       // GUARDED_BY(mu_)
-  std::condition_variable queued_cv_;
+  Mutex mu_;
+  CondVar cv_;
+  int threads_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint32_t> calls_by_client_ GUARDED_BY(mu_);
+  uint32_t calls_ GUARDED_BY(mu_) = 0;
+  uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;
+  CondVar queued_cv_;
 };
 
 // An Origin server: service + started gRPC server from one set of options.

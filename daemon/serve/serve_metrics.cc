@@ -1,8 +1,9 @@
 #include "daemon/serve/serve_metrics.h"
 
-#include <mutex>
 #include <set>
 #include <utility>
+
+#include "common/mutex.h"
 
 namespace shardcache::serve {
 
@@ -33,11 +34,11 @@ const ServeMetrics& ServeMetrics::Get() {
 }
 
 LoaderSeries ForLoader(const std::string& dataset, uint32_t rank) {
-  static std::mutex mu;
-  static std::set<std::pair<std::string, uint32_t>> pairs;  // GUARDED_BY(mu)
+  static Mutex mu;
+  static std::set<std::pair<std::string, uint32_t>> pairs GUARDED_BY(mu);
   metrics::Labels labels = {{"dataset", dataset}, {"rank", std::to_string(rank)}};
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     if (pairs.count({dataset, rank}) == 0) {
       if (pairs.size() < kMaxLoaderSeries) pairs.emplace(dataset, rank);
       else labels = {{"dataset", ".other"}, {"rank", ".other"}};

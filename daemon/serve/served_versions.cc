@@ -5,7 +5,7 @@
 namespace shardcache::serve {
 
 void ServedVersions::Remember(const DatasetPtr& dataset) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto& versions = by_name_[dataset->name];
   auto same = std::find_if(versions.begin(), versions.end(),
                            [&](const DatasetPtr& d) { return d->version == dataset->version; });
@@ -15,7 +15,7 @@ void ServedVersions::Remember(const DatasetPtr& dataset) {
 }
 
 DatasetPtr ServedVersions::Find(const std::string& name, const std::string& version) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return nullptr;
   for (const DatasetPtr& d : it->second) {

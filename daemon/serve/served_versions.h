@@ -16,9 +16,9 @@
 #include <cstddef>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "daemon/source/chunk_source.h"
 
 namespace shardcache::serve {
@@ -33,8 +33,8 @@ class ServedVersions {
   DatasetPtr Find(const std::string& name, const std::string& version) const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, std::deque<DatasetPtr>> by_name_;  // GUARDED_BY(mu_), newest first
+  mutable Mutex mu_;
+  std::map<std::string, std::deque<DatasetPtr>> by_name_ GUARDED_BY(mu_);  // newest first
 };
 
 }  // namespace shardcache::serve

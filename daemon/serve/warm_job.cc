@@ -25,13 +25,13 @@ WarmJob::WarmJob(uint64_t id, ChunkSource& source, DatasetPtr dataset, WarmJobOp
                dataset_->name, dataset_->version, FormatBytes(total_bytes_), total_chunks_, ranges_.size(),
                workers);
   if (workers == 0) {  // an empty dataset is warm already
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     finished_ = true;
     end_ = start_;
     return;
   }
   live_workers_.store(static_cast<int>(workers));
-  std::lock_guard<std::mutex> l(join_mu_);
+  MutexLock l(&join_mu_);
   for (size_t i = 0; i < workers; ++i) workers_.emplace_back([this] { Work(); });
 }
 
@@ -42,7 +42,7 @@ WarmJob::~WarmJob() {
 
 void WarmJob::Cancel(const std::string& why) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (finished_) return;
     if (error_.ok()) error_ = Cancelled("warming dataset '" + dataset_->name + "' was cancelled: " + why);
   }
@@ -50,20 +50,20 @@ void WarmJob::Cancel(const std::string& why) {
 }
 
 void WarmJob::Join() {
-  std::lock_guard<std::mutex> l(join_mu_);
+  MutexLock l(&join_mu_);
   for (auto& t : workers_) {
     if (t.joinable()) t.join();
   }
 }
 
 bool WarmJob::finished() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return finished_;
 }
 
 void WarmJob::Fail(const Status& s) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (error_.ok()) error_ = s;
   }
   stop_.store(true);
@@ -106,7 +106,7 @@ void WarmJob::Work() {
   // The last worker out records the outcome.
   const uint64_t done = done_bytes_.load();
   const uint64_t fetched = FetchedSinceStart(done);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   end_ = std::chrono::steady_clock::now();
   fetched_at_end_ = fetched;
   finished_ = true;
@@ -121,7 +121,7 @@ void WarmJob::Work() {
 
 WarmProgress WarmJob::Progress() const {
   WarmProgress p;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   p.done_bytes = done_bytes_.load();
   p.done_chunks = done_chunks_.load();
   p.finished = finished_;

@@ -27,11 +27,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/source/chunk_source.h"
 
@@ -106,14 +106,14 @@ class WarmJob {
   std::atomic<uint64_t> done_bytes_{0}, done_chunks_{0};
   std::atomic<int> live_workers_{0};
 
-  mutable std::mutex mu_;
-  Status error_;                                   // GUARDED_BY(mu_): first failure
-  bool finished_ = false;                          // GUARDED_BY(mu_): set by the last worker
-  std::chrono::steady_clock::time_point end_{};    // GUARDED_BY(mu_)
-  uint64_t fetched_at_end_ = 0;                    // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  Status error_ GUARDED_BY(mu_);           // first failure
+  bool finished_ GUARDED_BY(mu_) = false;  // set by the last worker
+  std::chrono::steady_clock::time_point end_ GUARDED_BY(mu_){};
+  uint64_t fetched_at_end_ GUARDED_BY(mu_) = 0;
 
-  std::mutex join_mu_;                             // serializes Join()
-  std::vector<std::thread> workers_;               // GUARDED_BY(join_mu_) after construction
+  Mutex join_mu_;                                          // serializes Join()
+  std::vector<std::thread> workers_ GUARDED_BY(join_mu_);  // after construction
 };
 
 }  // namespace shardcache::serve

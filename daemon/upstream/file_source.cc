@@ -119,7 +119,7 @@ Result<DatasetPtr> FileSource::OpenDataset(const std::string& name) {
   if (::fstat(fd->get(), &st) != 0) return ErrnoStatus(errno, "stat " + root_ + "/" + rel);
   const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = cache_.find(name);
     if (it != cache_.end() && it->second.dev == st.st_dev && it->second.ino == st.st_ino &&
         it->second.size == st.st_size && it->second.mtime_ns == mtime_ns) {
@@ -138,7 +138,7 @@ Result<DatasetPtr> FileSource::OpenDataset(const std::string& name) {
     SC_ASSIGN_OR_RETURN(UniqueFd shard_fd, OpenShard(*d, static_cast<uint32_t>(i)));
     (void)shard_fd;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Cached& c = cache_[name];
   if (c.dataset && c.dataset->version != d->version) {
     spdlog::info("dataset '{}' changed: version {} -> {}", name, c.dataset->version, d->version);

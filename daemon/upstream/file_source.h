@@ -29,11 +29,11 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/fs.h"
+#include "common/mutex.h"
 #include "daemon/source/chunk_source.h"
 
 namespace shardcache::upstream {
@@ -72,8 +72,8 @@ class FileSource final : public ChunkSource {
 
   const std::string root_;   // as given, for messages
   const UniqueFd root_fd_;   // O_RDONLY | O_DIRECTORY; every open is relative to it
-  std::mutex mu_;
-  std::map<std::string, Cached> cache_;  // GUARDED_BY(mu_), by dataset name
+  Mutex mu_;
+  std::map<std::string, Cached> cache_ GUARDED_BY(mu_);  // by dataset name
 };
 
 }  // namespace shardcache::upstream

@@ -110,15 +110,15 @@ struct GrpcSource::FetchTask {
   // Cancellation by the caller that gave up, or by shutdown: stops between messages and
   // interrupts a blocking Read through the active context.
   std::atomic<bool> cancelled{false};
-  std::mutex ctx_mu;
-  grpc::ClientContext* ctx = nullptr;  // GUARDED_BY(ctx_mu)
+  Mutex ctx_mu;
+  grpc::ClientContext* ctx GUARDED_BY(ctx_mu) = nullptr;
   void Cancel() {
     cancelled.store(true);
     CancelAttempt();
   }
   // Ends the running attempt only (the task then decides whether to retry).
   void CancelAttempt() {
-    std::lock_guard<std::mutex> lock(ctx_mu);
+    MutexLock lock(&ctx_mu);
     if (ctx != nullptr) ctx->TryCancel();
   }
 };
@@ -188,8 +188,11 @@ Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options
     conn->stub = v1::Origin::NewStub(conn->channel);
     src->connections_.push_back(std::move(conn));
   }
-  src->slot_busy_.assign(static_cast<size_t>(n), false);
-  src->running_conn_.assign(static_cast<size_t>(n), nullptr);
+  {
+    MutexLock lock(&src->mu_);  // not shared yet; taken for the analysis
+    src->slot_busy_.assign(static_cast<size_t>(n), false);
+    src->running_conn_.assign(static_cast<size_t>(n), nullptr);
+  }
   for (int i = 0; i < n; ++i) src->workers_.emplace_back([s = src.get()] { s->WorkerLoop(); });
   src->prober_ = std::thread([s = src.get()] { s->ProbeLoop(); });
   M().stream_limit->Set(src->controller_.limit());
@@ -205,7 +208,7 @@ GrpcSource::~GrpcSource() {
 void GrpcSource::Shutdown() {
   std::deque<std::shared_ptr<FetchTask>> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     for (FetchTask* t : running_conn_) {
       if (t != nullptr) t->Cancel();
@@ -216,8 +219,8 @@ void GrpcSource::Shutdown() {
     for (auto& t : prefetch_) dropped.push_back(std::move(t));
     prefetch_.clear();
   }
-  cv_.notify_all();
-  probe_cv_.notify_all();
+  cv_.NotifyAll();
+  probe_cv_.NotifyAll();
   // Leaders that never ran publish Aborted to their waiters.
   for (auto& t : dropped) t->flights.clear();
 }
@@ -257,8 +260,8 @@ void GrpcSource::AddAuth(grpc::ClientContext* ctx) const {
 }
 
 bool GrpcSource::SleepUntil(Clock::time_point t) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return !cv_.wait_until(lock, t, [&] { return stopping_; });
+  MutexLock lock(&mu_);
+  return !cv_.WaitUntil(&mu_, t, [&]() REQUIRES(mu_) { return stopping_; });
 }
 
 void GrpcSource::ProbeLoop() {
@@ -268,7 +271,7 @@ void GrpcSource::ProbeLoop() {
   // A channel of its own, made afresh after each failed probe: one that failed carries gRPC's
   // reconnect backoff and answers "unavailable" for seconds after the upstream is back.
   std::unique_ptr<v1::Origin::Stub> probe;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
     // Attempts still waiting on an upstream that has been silent for the whole bound (a
     // blackholed stream notices nothing by itself until keepalive) are ended; their tasks
@@ -282,7 +285,7 @@ void GrpcSource::ProbeLoop() {
     // failure (OnFailure's caller notifies).
     const auto quiet = health_.up() ? interval : std::min<std::chrono::milliseconds>(interval, std::chrono::seconds(1));
     if (!health_.ProbeDue(quiet)) {
-      probe_cv_.wait_for(lock, std::min<std::chrono::milliseconds>(quiet, std::chrono::seconds(1)));
+      probe_cv_.WaitFor(&mu_, std::min<std::chrono::milliseconds>(quiet, std::chrono::seconds(1)));
       continue;
     }
     // The empty name is refused by the upstream's name check before anything is read.
@@ -291,7 +294,7 @@ void GrpcSource::ProbeLoop() {
     ctx.set_deadline(ToSystem(started + interval));
     AddAuth(&ctx);
     probe_ctx_ = &ctx;
-    lock.unlock();
+    lock.Unlock();
     v1::GetManifestRequest req;
     v1::GetManifestResponse resp;
     if (!probe) probe = v1::Origin::NewStub(NewChannel(-1));
@@ -305,12 +308,12 @@ void GrpcSource::ProbeLoop() {
       // Back: the data connections retry at once instead of waiting out their backoff.
       for (auto& c : connections_) grpc::experimental::ChannelResetConnectionBackoff(c->channel.get());
     }
-    lock.lock();
+    lock.Lock();
     probe_ctx_ = nullptr;
     if (stopping_) break;
     health_.OnProbe(answer, started);
     // At most one probe a second, whatever wakes the loop.
-    probe_cv_.wait_until(lock, started + std::chrono::seconds(1), [&] { return stopping_; });
+    probe_cv_.WaitUntil(&mu_, started + std::chrono::seconds(1), [&]() REQUIRES(mu_) { return stopping_; });
   }
 }
 
@@ -326,13 +329,13 @@ Status GrpcSource::UnaryWithRetries(const std::string& what, Call&& call) {
     ctx.set_deadline(ToSystem(std::min({deadline, started + options_.outage_timeout, health_.GiveUpAt()})));
     AddAuth(&ctx);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return Cancelled(Where() + ": " + what + ": shardcached is stopping");
       unary_.insert(&ctx);  // Shutdown() cancels it
     }
     last = FromGrpc(call(*connections_[0]->stub, &ctx));
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       unary_.erase(&ctx);
     }
     if (last.ok() || !Retryable(last.code())) {
@@ -340,7 +343,7 @@ Status GrpcSource::UnaryWithRetries(const std::string& what, Call&& call) {
       break;
     }
     const bool give_up = health_.OnFailure(last, started);
-    probe_cv_.notify_all();
+    probe_cv_.NotifyAll();
     if (give_up) return health_.OutageError().WithContext(what);
     if (attempt >= options_.max_retries || Clock::now() >= deadline) break;
     retries_.fetch_add(1);
@@ -368,7 +371,7 @@ Result<std::vector<v1::DatasetSummary>> GrpcSource::ListDatasets() {
 Result<DatasetPtr> GrpcSource::OpenDataset(const std::string& name) {
   SC_RETURN_IF_ERROR(CheckDatasetName(name));
   auto cached = [&](DatasetPtr* stale) -> DatasetPtr {
-    std::lock_guard<std::mutex> lock(manifest_mu_);
+    MutexLock lock(&manifest_mu_);
     auto it = manifests_.find(name);
     if (it == manifests_.end()) return nullptr;
     if (Clock::now() - it->second.fetched < options_.manifest_ttl) return it->second.dataset;
@@ -417,7 +420,7 @@ Result<DatasetPtr> GrpcSource::FetchManifest(const std::string& name, const Data
                     dataset::ManifestVersion(resp.manifest()) + ")");
   }
   SC_ASSIGN_OR_RETURN(DatasetPtr d, dataset::MakeDataset(std::move(*resp.mutable_manifest()), where, name));
-  std::lock_guard<std::mutex> lock(manifest_mu_);
+  MutexLock lock(&manifest_mu_);
   auto& slot = manifests_[name];
   // Reuse the previous object when nothing changed, so callers comparing pointers stay happy.
   if (slot.dataset && slot.dataset->version == d->version) d = slot.dataset;
@@ -448,7 +451,7 @@ Result<std::string> GrpcSource::GetSampleIndex(const DatasetPtr& d, uint32_t sha
 
 void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) {
       task->flights.clear();  // no worker will run it: its waiters get Aborted now
       return;
@@ -456,13 +459,13 @@ void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
     if (running_ >= controller_.limit()) waited_.store(true);
     (task->priority == FetchPriority::kDemand ? demand_ : prefetch_).push_back(std::move(task));
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void GrpcSource::WorkerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    cv_.wait(lock, [&] {
+    cv_.Wait(&mu_, [&]() REQUIRES(mu_) {
       return stopping_ || ((!demand_.empty() || !prefetch_.empty()) && running_ < controller_.limit());
     });
     if (stopping_) return;
@@ -477,19 +480,19 @@ void GrpcSource::WorkerLoop() {
     running_conn_[slot] = task.get();
     ++running_;
     M().in_flight->Set(running_);
-    lock.unlock();
+    lock.Unlock();
     if (!task->cancelled.load()) RunTask(*task, *connections_[slot]);
-    lock.lock();
+    lock.Lock();
     running_conn_[slot] = nullptr;
-    lock.unlock();
+    lock.Unlock();
     // Leaders left unpublished (cancelled) publish Aborted now, so their waiters refetch.
     task->flights.clear();
     task.reset();
-    lock.lock();
+    lock.Lock();
     slot_busy_[slot] = false;
     --running_;
     M().in_flight->Set(running_);
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
@@ -502,7 +505,7 @@ void GrpcSource::ObserveProgress() {
     M().stream_limit->Set(after);
     spdlog::debug("{}: stream limit {} -> {} (goodput {:.1f} MB/s)", Where(), before, after,
                   controller_.goodput() / 1e6);
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
@@ -554,13 +557,13 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
     ctx.set_deadline(ToSystem(std::min({task.deadline, now + options_.call_timeout, give_up_at})));
     AddAuth(&ctx);
     {
-      std::lock_guard<std::mutex> lock(task.ctx_mu);
+      MutexLock lock(&task.ctx_mu);
       task.ctx = &ctx;
     }
     if (task.cancelled.load()) ctx.TryCancel();
     const Attempt a = Stream(task, conn, ctx, p);
     {
-      std::lock_guard<std::mutex> lock(task.ctx_mu);
+      MutexLock lock(&task.ctx_mu);
       task.ctx = nullptr;
     }
     if (p.next >= task.end || task.cancelled.load()) return;
@@ -674,7 +677,7 @@ bool GrpcSource::BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p
       return false;
     }
     const bool give_up = health_.OnFailure(s, a.last_heard);
-    probe_cv_.notify_all();
+    probe_cv_.NotifyAll();
     if (give_up) {
       FailRest(task, p, health_.OutageError());
       return false;

@@ -45,18 +45,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <set>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "daemon/source/chunk_key.h"
 #include "daemon/source/chunk_source.h"
 #include "daemon/upstream/single_flight.h"
@@ -208,27 +207,27 @@ class GrpcSource final : public ChunkSource {
   UpstreamHealth health_;
 
   // Scheduler: FetchTasks wait here for a stream slot (= connection).
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<FetchTask>> demand_;    // GUARDED_BY(mu_)
-  std::deque<std::shared_ptr<FetchTask>> prefetch_;  // GUARDED_BY(mu_)
-  std::vector<bool> slot_busy_;                      // GUARDED_BY(mu_), per connection
-  std::vector<FetchTask*> running_conn_;             // GUARDED_BY(mu_), task on each connection
-  int running_ = 0;                                  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::shared_ptr<FetchTask>> demand_ GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<FetchTask>> prefetch_ GUARDED_BY(mu_);
+  std::vector<bool> slot_busy_ GUARDED_BY(mu_);           // per connection
+  std::vector<FetchTask*> running_conn_ GUARDED_BY(mu_);  // task on each connection
+  int running_ GUARDED_BY(mu_) = 0;
   std::atomic<bool> waited_{false};  // work waited for a slot since the controller last looked
-  bool stopping_ = false;                            // GUARDED_BY(mu_)
-  std::set<grpc::ClientContext*> unary_;             // GUARDED_BY(mu_): unary calls in flight
-  std::condition_variable probe_cv_;                 // a failure wants a probe now, or stop
-  grpc::ClientContext* probe_ctx_ = nullptr;         // GUARDED_BY(mu_) the probe in flight
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::set<grpc::ClientContext*> unary_ GUARDED_BY(mu_);      // unary calls in flight
+  CondVar probe_cv_;                                          // a failure wants a probe now, or stop
+  grpc::ClientContext* probe_ctx_ GUARDED_BY(mu_) = nullptr;  // the probe in flight
   std::vector<std::thread> workers_;
   std::thread prober_;
 
-  std::mutex manifest_mu_;
+  Mutex manifest_mu_;
   struct CachedManifest {
     DatasetPtr dataset;
     std::chrono::steady_clock::time_point fetched;
   };
-  std::map<std::string, CachedManifest> manifests_;  // GUARDED_BY(manifest_mu_)
+  std::map<std::string, CachedManifest> manifests_ GUARDED_BY(manifest_mu_);
   SingleFlight<std::string, Result<DatasetPtr>> manifest_flights_;  // per dataset name
 
   std::atomic<uint64_t> wire_bytes_{0}, payload_bytes_{0}, chunks_{0}, streams_{0}, retries_{0},

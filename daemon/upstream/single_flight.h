@@ -16,13 +16,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <utility>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace shardcache::upstream {
@@ -30,9 +29,9 @@ namespace shardcache::upstream {
 template <typename Key, typename Value, typename Hash = std::hash<Key>>
 class SingleFlight {
   struct Call {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::optional<Value> value;  // GUARDED_BY(mu)
+    Mutex mu;
+    CondVar cv;
+    std::optional<Value> value GUARDED_BY(mu);
   };
 
  public:
@@ -77,15 +76,16 @@ class SingleFlight {
     // Waits for the published value. nullopt when `deadline` passes first. For a leader this
     // returns its own published value (after Publish).
     std::optional<Value> Wait(std::chrono::steady_clock::time_point deadline) const {
-      std::unique_lock<std::mutex> lock(call_->mu);
-      if (!call_->cv.wait_until(lock, deadline, [&] { return call_->value.has_value(); })) {
+      MutexLock lock(&call_->mu);
+      if (!call_->cv.WaitUntil(&call_->mu, deadline,
+                               [&]() REQUIRES(call_->mu) { return call_->value.has_value(); })) {
         return std::nullopt;
       }
       return call_->value;
     }
     // Non-blocking: the value when already published.
     std::optional<Value> TryGet() const {
-      std::lock_guard<std::mutex> lock(call_->mu);
+      MutexLock lock(&call_->mu);
       return call_->value;
     }
 
@@ -109,7 +109,7 @@ class SingleFlight {
     Flight f;
     f.owner_ = this;
     f.key_ = key;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto [it, inserted] = calls_.try_emplace(key);
     if (inserted) it->second = std::make_shared<Call>();
     f.call_ = it->second;
@@ -134,26 +134,26 @@ class SingleFlight {
 
   // Flights currently running (tests, metrics).
   size_t InFlight() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return calls_.size();
   }
 
  private:
   void Finish(const Key& key, const std::shared_ptr<Call>& call, Value v) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = calls_.find(key);
       if (it != calls_.end() && it->second == call) calls_.erase(it);
     }
     {
-      std::lock_guard<std::mutex> lock(call->mu);
+      MutexLock lock(&call->mu);
       call->value = std::move(v);
     }
-    call->cv.notify_all();
+    call->cv.NotifyAll();
   }
 
-  mutable std::mutex mu_;
-  std::unordered_map<Key, std::shared_ptr<Call>, Hash> calls_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<Key, std::shared_ptr<Call>, Hash> calls_ GUARDED_BY(mu_);
 };
 
 }  // namespace shardcache::upstream

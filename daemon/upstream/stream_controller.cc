@@ -10,17 +10,17 @@ StreamController::StreamController(StreamControllerOptions options, Clock::time_
       period_start_(now) {}
 
 int StreamController::limit() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return limit_;
 }
 
 double StreamController::goodput() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return goodput_;
 }
 
 void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool saturated) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   period_saturated_ = period_saturated_ || saturated;
   const auto elapsed = now - period_start_;
   if (elapsed < options_.period) return;

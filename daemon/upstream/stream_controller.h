@@ -18,7 +18,8 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace shardcache::upstream {
 
@@ -45,21 +46,21 @@ class StreamController {
   void Observe(Clock::time_point now, uint64_t total_bytes, bool saturated);
 
  private:
-  // REQUIRES: mu_ held. The limit a probe raises to.
-  int NextProbe() const;
+  // The limit a probe raises to.
+  int NextProbe() const REQUIRES(mu_);
 
   const StreamControllerOptions options_;
-  mutable std::mutex mu_;
-  int limit_;                       // GUARDED_BY(mu_)
-  Clock::time_point period_start_;  // GUARDED_BY(mu_)
-  uint64_t period_bytes_ = 0;       // GUARDED_BY(mu_), total_bytes at period start
-  bool period_saturated_ = false;   // GUARDED_BY(mu_)
-  bool probing_ = false;            // GUARDED_BY(mu_), the last change was a raise
-  bool slow_start_ = true;          // GUARDED_BY(mu_), raises are still multiplicative
-  int previous_limit_ = 0;          // GUARDED_BY(mu_), the limit before the last raise
-  int hold_ = 0;                    // GUARDED_BY(mu_)
-  double base_goodput_ = 0;         // GUARDED_BY(mu_), goodput before the last raise
-  double goodput_ = 0;              // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  int limit_ GUARDED_BY(mu_);
+  Clock::time_point period_start_ GUARDED_BY(mu_);
+  uint64_t period_bytes_ GUARDED_BY(mu_) = 0;  // total_bytes at period start
+  bool period_saturated_ GUARDED_BY(mu_) = false;
+  bool probing_ GUARDED_BY(mu_) = false;    // the last change was a raise
+  bool slow_start_ GUARDED_BY(mu_) = true;  // raises are still multiplicative
+  int previous_limit_ GUARDED_BY(mu_) = 0;  // the limit before the last raise
+  int hold_ GUARDED_BY(mu_) = 0;
+  double base_goodput_ GUARDED_BY(mu_) = 0;  // goodput before the last raise
+  double goodput_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardcache::upstream

@@ -12,14 +12,14 @@ TokenBucket::TokenBucket(uint64_t rate_bytes_per_s, double burst_seconds)
       last_(Clock::now()) {}
 
 void TokenBucket::SetRate(uint64_t rate_bytes_per_s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RefillLocked(Clock::now());
   rate_ = rate_bytes_per_s;
   balance_ = std::min(balance_, static_cast<double>(rate_) * burst_seconds_);
 }
 
 uint64_t TokenBucket::rate() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return rate_;
 }
 
@@ -33,7 +33,7 @@ void TokenBucket::RefillLocked(Clock::time_point now) {
 Status TokenBucket::Take(uint64_t bytes, Clock::time_point deadline) {
   Clock::time_point until;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (rate_ == 0) return Status::Ok();
     const auto now = Clock::now();
     RefillLocked(now);

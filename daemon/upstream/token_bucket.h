@@ -11,8 +11,8 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace shardcache::upstream {
@@ -32,13 +32,13 @@ class TokenBucket {
   Status Take(uint64_t bytes, Clock::time_point deadline);
 
  private:
-  void RefillLocked(Clock::time_point now);
+  void RefillLocked(Clock::time_point now) REQUIRES(mu_);
 
   const double burst_seconds_;
-  mutable std::mutex mu_;
-  uint64_t rate_;           // GUARDED_BY(mu_)
-  double balance_;          // GUARDED_BY(mu_), bytes; negative = debt
-  Clock::time_point last_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  uint64_t rate_ GUARDED_BY(mu_);
+  double balance_ GUARDED_BY(mu_);  // bytes; negative = debt
+  Clock::time_point last_ GUARDED_BY(mu_);
 };
 
 }  // namespace shardcache::upstream

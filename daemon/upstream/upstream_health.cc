@@ -50,7 +50,7 @@ void UpstreamHealth::OnAnswer() {
   const auto now = Clock::now();
   last_answer_ns_.store(ToNs(now), std::memory_order_relaxed);
   if (!in_outage_.load(std::memory_order_acquire) && up_.load(std::memory_order_acquire)) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (declared_down_) {
     spdlog::warn("{} answers again after {} without an answer", where_,
                  Seconds(std::chrono::duration<double>(now - outage_start_).count()));
@@ -65,7 +65,7 @@ void UpstreamHealth::OnAnswer() {
 
 bool UpstreamHealth::OnFailure(const Status& error, Clock::time_point last_heard) {
   const auto now = Clock::now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Silent since the later of: what this attempt last heard, what anything last heard.
   const auto silent_since = std::max(last_heard, FromNs(last_answer_ns_.load(std::memory_order_relaxed)));
   if (!in_outage_.load(std::memory_order_relaxed)) {
@@ -86,7 +86,7 @@ void UpstreamHealth::OnProbe(const Status& result, Clock::time_point started) {
     OnAnswer();
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   unprobed_failure_ = false;
   if (!in_outage_.load(std::memory_order_relaxed)) {
     // Silent since its last answer (probes keep that recent while it is idle); before any
@@ -107,13 +107,13 @@ void UpstreamHealth::OnProbe(const Status& result, Clock::time_point started) {
 
 UpstreamHealth::Clock::time_point UpstreamHealth::GiveUpAt() const {
   if (!in_outage_.load(std::memory_order_acquire)) return Clock::time_point::max();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!in_outage_.load(std::memory_order_relaxed)) return Clock::time_point::max();
   return outage_start_ + outage_timeout_;
 }
 
 Status UpstreamHealth::OutageError() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const double silent = in_outage_.load(std::memory_order_relaxed)
                             ? std::chrono::duration<double>(Clock::now() - outage_start_).count()
                             : 0;
@@ -124,7 +124,7 @@ Status UpstreamHealth::OutageError() const {
 
 bool UpstreamHealth::ProbeDue(std::chrono::milliseconds quiet) const {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (unprobed_failure_) return true;
   }
   const int64_t last = last_answer_ns_.load(std::memory_order_relaxed);
@@ -133,7 +133,7 @@ bool UpstreamHealth::ProbeDue(std::chrono::milliseconds quiet) const {
 
 UpstreamHealth::Snapshot UpstreamHealth::Get() const {
   Snapshot s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   s.up = up_.load(std::memory_order_relaxed);
   if (in_outage_.load(std::memory_order_relaxed)) {
     s.down_seconds = std::chrono::duration<double>(Clock::now() - outage_start_).count();

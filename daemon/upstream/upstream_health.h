@@ -28,10 +28,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <string>
 
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace shardcache::upstream {
@@ -70,21 +70,21 @@ class UpstreamHealth {
   bool up() const { return up_.load(std::memory_order_acquire); }
 
  private:
-  void SetUpLocked(bool up);
+  void SetUpLocked(bool up) REQUIRES(mu_);
 
   const std::string where_;
   const std::chrono::milliseconds outage_timeout_;
   metrics::Gauge* const up_gauge_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::atomic<bool> in_outage_{false};      // mirrors outage_start_ being set, for OnAnswer
   std::atomic<bool> up_{false};
   std::atomic<int64_t> last_answer_ns_{0};  // steady clock; 0 = never
-  Clock::time_point outage_start_;          // GUARDED_BY(mu_), valid while in_outage_
-  std::string last_error_;                  // GUARDED_BY(mu_)
-  bool warned_ = false;                     // GUARDED_BY(mu_) this outage's warning was logged
-  bool declared_down_ = false;              // GUARDED_BY(mu_) a probe failed in this outage
-  bool unprobed_failure_ = false;           // GUARDED_BY(mu_) a failure since the last probe
+  Clock::time_point outage_start_ GUARDED_BY(mu_);  // valid while in_outage_
+  std::string last_error_ GUARDED_BY(mu_);
+  bool warned_ GUARDED_BY(mu_) = false;            // this outage's warning was logged
+  bool declared_down_ GUARDED_BY(mu_) = false;     // a probe failed in this outage
+  bool unprobed_failure_ GUARDED_BY(mu_) = false;  // a failure since the last probe
 };
 
 // Whether a probe's status means the upstream is there and serves this daemon: any answer but

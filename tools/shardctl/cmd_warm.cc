@@ -24,13 +24,13 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/mutex.h"
 #include "common/units.h"
 #include "daemon/cache/cached_source.h"
 #include "daemon/upstream/file_source.h"
@@ -298,7 +298,7 @@ int RunWarm(const WarmArgs& a) {
   const uint64_t total = m.total_bytes();
   std::atomic<size_t> next{0};
   std::atomic<uint64_t> done{0};
-  std::mutex err_mu;
+  Mutex err_mu;
   Status first_error;
   ReadOptions ro;
   ro.deadline = start + std::chrono::seconds(a.timeout_s);
@@ -314,7 +314,7 @@ int RunWarm(const WarmArgs& a) {
                                     return Status::Ok();
                                   });
         if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(err_mu);
+          MutexLock lock(&err_mu);
           if (first_error.ok()) {
             first_error = s.WithContext("shard " + std::to_string(items[i].shard) + " ('" +
                                         m.shards(static_cast<int>(items[i].shard)).path() + "') chunks " +
