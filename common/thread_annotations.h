@@ -2,9 +2,24 @@
 //
 // A member marked GUARDED_BY(mu_) may be read or written only with mu_ held; a function marked
 // REQUIRES(mu_) may be called only with it held. Clang checks both at compile time under
-// -Wthread-safety (tests/style/thread_safety.sh runs that check in `make test`); under other
+// -Wthread-safety (tests/style/thread_safety.py runs that check in `make test`); under other
 // compilers every macro expands to nothing. The lockable types are in common/mutex.h.
 #pragma once
+
+// Abseil (which gRPC includes) defines the same unprefixed names in a legacy header. Include it
+// first where it exists and define ours over it, whichever of the two a file includes first;
+// both expand to the same clang attributes.
+#if __has_include(<absl/base/internal/thread_annotations.h>)
+#include <absl/base/internal/thread_annotations.h>
+#endif
+#undef GUARDED_BY
+#undef PT_GUARDED_BY
+#undef ACQUIRED_AFTER
+#undef ACQUIRED_BEFORE
+#undef EXCLUSIVE_LOCKS_REQUIRED
+#undef SHARED_LOCKS_REQUIRED
+#undef LOCKS_EXCLUDED
+#undef NO_THREAD_SAFETY_ANALYSIS
 
 #if defined(__clang__) && !defined(SWIG)
 #define SC_THREAD_ANNOTATION_(x) __attribute__((x))

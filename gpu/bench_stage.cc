@@ -19,12 +19,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,20 +116,22 @@ class Arena {
     remaining_ = batches;
     return [this]() -> Result<std::optional<HostBatch>> {
       if (remaining_-- <= 0) return std::optional<HostBatch>();
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !free_.empty(); });
-      int slot = free_.back();
-      free_.pop_back();
-      lock.unlock();
+      int slot;
+      {
+        MutexLock lock(&mu_);
+        cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return !free_.empty(); });
+        slot = free_.back();
+        free_.pop_back();
+      }
       HostBatch hb;
       hb.data = data_ + slot * slot_bytes_;
       hb.bytes = slot_bytes_;
       hb.records = 1;
       hb.record_bytes = slot_bytes_;
       hb.release = [this, slot] {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         free_.push_back(slot);
-        cv_.notify_one();
+        cv_.NotifyOne();
       };
       return std::optional<HostBatch>(std::move(hb));
     };
@@ -143,9 +143,9 @@ class Arena {
   uint64_t bytes_ = 0;
   int fd_ = -1;
   uint8_t* data_ = nullptr;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<int> free_;
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<int> free_ GUARDED_BY(mu_);
   int remaining_ = 0;
 };
 

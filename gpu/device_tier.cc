@@ -31,6 +31,7 @@ Result<std::unique_ptr<DeviceTier>> DeviceTier::Create(const Device& device, con
   tier->share_samples_ = share_samples;
   SC_ASSIGN_OR_RETURN(tier->resident_, DeviceBuffer::Allocate(device, share_bytes));
   const uint64_t index_bytes = options.max_samples_per_gather * sizeof(GatherItem);
+  MutexLock lock(&tier->mu_);  // not shared yet: for the analysis
   for (int i = 0; i < options.index_slots; ++i) {
     IndexSlot slot;
     SC_ASSIGN_OR_RETURN(slot.items_device, DeviceBuffer::Allocate(device, index_bytes));
@@ -87,7 +88,7 @@ Status DeviceTier::Ingest(const Stream& stream, const void* batch_device, std::s
                            std::to_string(offsets.size()) + " offsets and " + std::to_string(lengths.size()) +
                            " lengths");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<GatherItem> items;
   std::vector<int64_t> item_ids;
   items.reserve(sample_ids.size());
@@ -122,7 +123,7 @@ Status DeviceTier::Ingest(const Stream& stream, const void* batch_device, std::s
 
 Result<uint64_t> DeviceTier::Gather(const Stream& stream, std::span<const int64_t> sample_ids, void* dst,
                                     uint64_t dst_capacity, std::vector<uint64_t>* sample_offsets) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<GatherItem> items;
   items.reserve(sample_ids.size());
   if (sample_offsets != nullptr) sample_offsets->clear();
@@ -143,17 +144,17 @@ Result<uint64_t> DeviceTier::Gather(const Stream& stream, std::span<const int64_
 }
 
 bool DeviceTier::complete() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return index_.size() == share_samples_;
 }
 
 uint64_t DeviceTier::resident_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return used_bytes_;
 }
 
 uint64_t DeviceTier::resident_samples() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return index_.size();
 }
 

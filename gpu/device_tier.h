@@ -17,11 +17,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "gpu/device.h"
 #include "gpu/kernel_args.h"
 
@@ -73,7 +73,8 @@ class DeviceTier {
   };
   DeviceTier() = default;
   // Uploads items through the next index slot and runs the gather; mu_ held.
-  Status RunGather(const Stream& stream, void* dst, const void* src, const std::vector<GatherItem>& items);
+  Status RunGather(const Stream& stream, void* dst, const void* src, const std::vector<GatherItem>& items)
+      REQUIRES(mu_);
 
   Device device_ = Device::Host();
   DeviceTierOptions options_;
@@ -81,11 +82,11 @@ class DeviceTier {
   uint64_t share_samples_ = 0;
   DeviceBuffer resident_;
 
-  mutable std::mutex mu_;
-  uint64_t used_bytes_ = 0;                                              // GUARDED_BY(mu_)
-  std::unordered_map<int64_t, std::pair<uint64_t, uint64_t>> index_;    // GUARDED_BY(mu_)
-  std::vector<IndexSlot> index_slots_;                                   // GUARDED_BY(mu_)
-  size_t next_index_slot_ = 0;                                           // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<int64_t, std::pair<uint64_t, uint64_t>> index_ GUARDED_BY(mu_);
+  std::vector<IndexSlot> index_slots_ GUARDED_BY(mu_);
+  size_t next_index_slot_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardcache::gpu

@@ -35,15 +35,15 @@ struct Pool {
   const Device device;
   std::vector<Slot> slots;  // fixed after creation; a slot's contents belong to its holder
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<size_t> free;  // GUARDED_BY(mu)
-  bool stopping = false;     // GUARDED_BY(mu)
+  Mutex mu;
+  CondVar cv;
+  std::vector<size_t> free GUARDED_BY(mu);
+  bool stopping GUARDED_BY(mu) = false;
 
   // Blocks for a free slot; std::nullopt once the stager stops.
   std::optional<size_t> Acquire() {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return stopping || !free.empty(); });
+    MutexLock lock(&mu);
+    cv.Wait(&mu, [&]() REQUIRES(mu) { return stopping || !free.empty(); });
     if (stopping) return std::nullopt;
     size_t s = free.back();
     free.pop_back();
@@ -64,18 +64,18 @@ struct Pool {
     }
     slot.consumer_events_pending = n;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       free.push_back(s);
     }
-    cv.notify_one();
+    cv.NotifyOne();
   }
 
   void Stop() {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       stopping = true;
     }
-    cv.notify_all();
+    cv.NotifyAll();
   }
 };
 
@@ -88,8 +88,8 @@ struct Lease {
 
   std::shared_ptr<Pool> pool;
   const size_t slot;
-  std::mutex mu;
-  std::vector<NativeStream> consumers;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::vector<NativeStream> consumers GUARDED_BY(mu);
 };
 
 }  // namespace stager_internal
@@ -138,7 +138,7 @@ Status DeviceBatch::WaitOn(NativeStream consumer) {
   if (!lease_) return FailedPrecondition("DeviceBatch::WaitOn on an empty batch");
   if (!lease_->pool->device.is_cuda()) return Status::Ok();
   SC_RETURN_IF_ERROR(StreamWaitEvent(consumer, ready()));
-  std::lock_guard<std::mutex> lock(lease_->mu);
+  MutexLock lock(&lease_->mu);
   if (std::find(lease_->consumers.begin(), lease_->consumers.end(), consumer) == lease_->consumers.end()) {
     lease_->consumers.push_back(consumer);
   }
@@ -220,6 +220,7 @@ Result<std::unique_ptr<Stager>> Stager::Create(const StagerOptions& options) {
       slot.consumer_events.push_back(std::move(e));
     }
     pool->slots.push_back(std::move(slot));
+    MutexLock lock(&pool->mu);  // not shared yet: for the analysis
     pool->free.push_back(static_cast<size_t>(options.depth - 1 - i));
   }
   s->pool_ = std::move(pool);
@@ -261,14 +262,14 @@ Stager::~Stager() {
   Status st = stream_.Synchronize();
   if (!st.ok()) spdlog::error("stager: synchronising the copy stream at shutdown: {}", st.ToString());
   {
-    std::lock_guard<std::mutex> lock(ready_mu_);
+    MutexLock lock(&ready_mu_);
     ready_.clear();
   }
   {
-    std::lock_guard<std::mutex> lock(release_mu_);
+    MutexLock lock(&release_mu_);
     release_stop_ = true;
   }
-  release_cv_.notify_all();
+  release_cv_.NotifyAll();
   if (release_thread_.joinable()) release_thread_.join();
 }
 
@@ -280,7 +281,7 @@ void Stager::StopWorker() {
 }
 
 Status Stager::Start(HostBatchSource source) {
-  std::lock_guard<std::mutex> lock(ready_mu_);
+  MutexLock lock(&ready_mu_);
   if (epoch_running_) return FailedPrecondition("stager: an epoch is still being staged; drain Next() first");
   if (stop_.load()) return FailedPrecondition("stager: stopped");
   if (worker_.joinable()) worker_.join();  // the previous epoch's worker has pushed its end
@@ -314,20 +315,20 @@ void Stager::WorkerLoop(HostBatchSource source) {
     }
     ready->lease = std::move(lease);
     {
-      std::lock_guard<std::mutex> lock(ready_mu_);
+      MutexLock lock(&ready_mu_);
       ready_.push_back(std::move(*ready));
     }
-    ready_cv_.notify_one();
+    ready_cv_.NotifyOne();
   }
   if (!st.ok()) {
     last.end = false;
     last.error = st;
   }
   {
-    std::lock_guard<std::mutex> lock(ready_mu_);
+    MutexLock lock(&ready_mu_);
     ready_.push_back(std::move(last));
   }
-  ready_cv_.notify_one();
+  ready_cv_.NotifyOne();
 }
 
 Result<Stager::Ready> Stager::Stage(size_t slot_index, HostBatch batch) {
@@ -448,22 +449,22 @@ void Stager::OnCopyDone(void* arg) {
 
 void Stager::QueueRelease(std::function<void()> release) {
   {
-    std::lock_guard<std::mutex> lock(release_mu_);
+    MutexLock lock(&release_mu_);
     releases_.push_back(std::move(release));
   }
-  release_cv_.notify_one();
+  release_cv_.NotifyOne();
 }
 
 void Stager::ReleaseLoop() {
-  std::unique_lock<std::mutex> lock(release_mu_);
+  MutexLock lock(&release_mu_);
   for (;;) {
-    release_cv_.wait(lock, [&] { return release_stop_ || !releases_.empty(); });
+    release_cv_.Wait(&release_mu_, [&]() REQUIRES(release_mu_) { return release_stop_ || !releases_.empty(); });
     if (releases_.empty()) return;  // stopping and drained
     std::function<void()> fn = std::move(releases_.front());
     releases_.pop_front();
-    lock.unlock();
+    lock.Unlock();
     if (fn) fn();
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -486,9 +487,9 @@ DeviceBatch Stager::MakeBatch(std::shared_ptr<Lease> lease, uint64_t records, ui
 Result<std::optional<DeviceBatch>> Stager::Next() {
   Ready r;
   {
-    std::unique_lock<std::mutex> lock(ready_mu_);
+    MutexLock lock(&ready_mu_);
     if (!epoch_running_) return FailedPrecondition("stager: Next() without a running epoch; call Start()");
-    ready_cv_.wait(lock, [&] { return !ready_.empty(); });
+    ready_cv_.Wait(&ready_mu_, [&]() REQUIRES(ready_mu_) { return !ready_.empty(); });
     r = std::move(ready_.front());
     ready_.pop_front();
     if (r.end || !r.error.ok()) epoch_running_ = false;

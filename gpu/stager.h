@@ -34,12 +34,10 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <thread>
@@ -47,6 +45,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "gpu/convert.h"
 #include "gpu/device.h"
@@ -230,16 +229,16 @@ class Stager {
   std::shared_ptr<stager_internal::Pool> pool_;
 
   // Ready queue: worker → Next().
-  std::mutex ready_mu_;
-  std::condition_variable ready_cv_;
-  std::deque<Ready> ready_;  // GUARDED_BY(ready_mu_)
-  bool epoch_running_ = false;  // GUARDED_BY(ready_mu_)
+  Mutex ready_mu_;
+  CondVar ready_cv_;
+  std::deque<Ready> ready_ GUARDED_BY(ready_mu_);
+  bool epoch_running_ GUARDED_BY(ready_mu_) = false;
 
   // Release queue: copy-done callbacks → release thread.
-  std::mutex release_mu_;
-  std::condition_variable release_cv_;
-  std::deque<std::function<void()>> releases_;  // GUARDED_BY(release_mu_)
-  bool release_stop_ = false;                   // GUARDED_BY(release_mu_)
+  Mutex release_mu_;
+  CondVar release_cv_;
+  std::deque<std::function<void()>> releases_ GUARDED_BY(release_mu_);
+  bool release_stop_ GUARDED_BY(release_mu_) = false;
   std::thread release_thread_;
 
   std::atomic<bool> stop_{false};

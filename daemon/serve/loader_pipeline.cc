@@ -131,9 +131,19 @@ void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
   --assembling_;
   auto it = inflight_.find(seq);
   InFlight& f = it->second;
-  if (f.cancelled || stop_) {
-    // Cancelled ones are no longer in order_; on stop this one may still be.
+  if (stop_) {
+    // Stopping: this batch is dropped, and so nothing after it may be delivered either. (The
+    // batches behind it that are done would otherwise go out now, one batch out of plan order,
+    // into a ring the client still reads: a trainer that then resumes on a successor daemon
+    // from its count of batches taken would repeat one batch and never see another.)
     if (!f.cancelled) order_.erase(std::find(order_.begin(), order_.end(), seq));
+    (void)arena_.Release(f.slot, id_);
+    inflight_.erase(it);
+    cv_.NotifyAll();
+    return;
+  }
+  if (f.cancelled) {
+    // No longer in order_: a read error before it made it and everything after it obsolete.
     (void)arena_.Release(f.slot, id_);
     inflight_.erase(it);
   } else if (!s.ok()) {

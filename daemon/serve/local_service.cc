@@ -71,7 +71,8 @@ LocalService::LocalService(ChunkSource& source, LocalServiceOptions options)
       access_(PeerAccessOptions{options_.allowed_uids, options_.allowed_gids, options_.allowed_groups,
                                 options_.allow_root_and_self}),
       assembler_(source, options_.assembler),
-      lookahead_bytes_(options_.prefetch_lookahead_bytes) {
+      lookahead_bytes_(options_.prefetch_lookahead_bytes),
+      warm_jobs_(source, options_.max_warm_jobs, options_.warm) {
   ServeMetrics::Get();  // every family of the local service exists, at zero, from the start
 }
 
@@ -111,10 +112,7 @@ Status LocalService::Start() {
   if (::listen(listen_fd_.get(), 128) != 0) return ErrnoStatus(errno, "listen " + path);
   stop_event_.Reset(::eventfd(0, EFD_CLOEXEC));
   if (!stop_event_.valid()) return ErrnoStatus(errno, "eventfd");
-  {
-    MutexLock l(&warm_mu_);
-    warm_stopping_ = false;
-  }
+  warm_jobs_.Reopen();
   started_ = true;
   {
     MutexLock l(&retire_mu_);
@@ -141,7 +139,7 @@ void LocalService::Disconnect() {
   (void)!::write(stop_event_.get(), &one, sizeof(one));
   accept_thread_.join();
   // Warm jobs first: a connection thread answering WarmDataset right now is refused from here on.
-  StopWarmJobs();
+  warm_jobs_.StopAll();
   MutexLock l(&mu_);
   stopping_ = true;
   for (auto& c : connections_) {
@@ -540,7 +538,7 @@ LocalService::Reply LocalService::Handle(Connection* c, const std::string& who, 
       }
       break;
     case v1::LocalRequest::kWarmStatus:
-      s = WarmStatus(req.warm_status().warm_id(), resp->mutable_warm_status());
+      s = warm_jobs_.Progress(req.warm_status().warm_id(), resp->mutable_warm_status());
       break;
     default:
       SC_LOG_RATE_LIMITED(spdlog::level::warn, "local client {} sent an unknown request; closing", who);
@@ -662,94 +660,10 @@ void LocalService::ReaperLoop() {
 }
 
 Status LocalService::StartWarm(const std::string& dataset, v1::WarmDatasetResponse* r) {
-  // The manifest first, outside the lock: over a grpc upstream it may take a round trip.
+  // The manifest first: over a grpc upstream it may take a round trip.
   auto ds = source_.OpenDataset(dataset);
   if (!ds.ok()) return ds.status().WithContext("warming dataset '" + dataset + "'");
-  MutexLock l(&warm_mu_);
-  if (warm_stopping_) return Unavailable("shardcached is shutting down; not warming '" + dataset + "'");
-  std::vector<std::string> running;
-  for (const auto& [id, job] : warm_jobs_) {
-    if (job->finished()) continue;
-    if (job->dataset()->name == dataset) {
-      r->set_warm_id(id);
-      r->set_version(job->dataset()->version);
-      r->set_total_bytes(job->total_bytes());
-      r->set_total_chunks(job->total_chunks());
-      r->set_already_running(true);
-      return Status::Ok();
-    }
-    running.push_back("'" + job->dataset()->name + "'");
-  }
-  if (running.size() >= options_.max_warm_jobs) {
-    std::string names;
-    for (const auto& n : running) names += (names.empty() ? "" : ", ") + n;
-    return ResourceExhausted("cannot warm '" + dataset + "' now: " + std::to_string(running.size()) +
-                             " warm jobs are running (" + names + "; limit " +
-                             std::to_string(options_.max_warm_jobs) + "); retry when one has finished");
-  }
-  // Forget the oldest finished jobs beyond kKeptWarmJobs (ids grow with time).
-  size_t finished = 0;
-  for (const auto& [id, job] : warm_jobs_) finished += job->finished();
-  for (auto it = warm_jobs_.begin(); it != warm_jobs_.end() && finished >= kKeptWarmJobs;) {
-    if (it->second->finished()) {
-      it = warm_jobs_.erase(it);  // its threads have ended: the join is immediate
-      --finished;
-    } else {
-      ++it;
-    }
-  }
-  const uint64_t id = next_warm_id_++;
-  auto job = std::make_unique<WarmJob>(id, source_, *ds, options_.warm);
-  r->set_warm_id(id);
-  r->set_version(job->dataset()->version);
-  r->set_total_bytes(job->total_bytes());
-  r->set_total_chunks(job->total_chunks());
-  r->set_already_running(false);
-  warm_jobs_[id] = std::move(job);
-  return Status::Ok();
-}
-
-Status LocalService::WarmStatus(uint64_t warm_id, v1::WarmStatusResponse* r) const {
-  MutexLock l(&warm_mu_);
-  auto it = warm_jobs_.find(warm_id);
-  if (it == warm_jobs_.end()) {
-    return NotFound("no warm job " + std::to_string(warm_id) + " (the daemon keeps the last " +
-                    std::to_string(kKeptWarmJobs) + " finished ones, and none across restarts)");
-  }
-  const WarmJob& job = *it->second;
-  const WarmProgress p = job.Progress();
-  r->set_done_bytes(p.done_bytes);
-  r->set_done_chunks(p.done_chunks);
-  r->set_fetched_bytes(p.fetched_bytes);
-  r->set_cached_bytes(p.cached_bytes);
-  r->set_finished(p.finished);
-  r->set_error_code(static_cast<uint32_t>(p.error.code()));
-  r->set_error(p.error.message());
-  r->set_elapsed_us(static_cast<uint64_t>(p.elapsed.count()));
-  r->set_dataset(job.dataset()->name);
-  r->set_version(job.dataset()->version);
-  r->set_total_bytes(job.total_bytes());
-  r->set_total_chunks(job.total_chunks());
-  return Status::Ok();
-}
-
-void LocalService::StopWarmJobs() {
-  std::map<uint64_t, std::unique_ptr<WarmJob>> jobs;
-  {
-    MutexLock l(&warm_mu_);
-    warm_stopping_ = true;
-    jobs.swap(warm_jobs_);
-  }
-  // Cancel all, then join all: the jobs wind down in parallel.
-  for (auto& [id, job] : jobs) job->Cancel("shardcached is shutting down");
-  for (auto& [id, job] : jobs) job->Join();
-}
-
-size_t LocalService::running_warm_jobs() const {
-  MutexLock l(&warm_mu_);
-  size_t n = 0;
-  for (const auto& [id, job] : warm_jobs_) n += !job->finished();
-  return n;
+  return warm_jobs_.Start(*ds, r);
 }
 
 size_t LocalService::connection_count() const {
@@ -794,7 +708,7 @@ std::string LocalService::StatsJson() const {
          ",\"chunk_reads\":" + std::to_string(m.chunk_reads->Value()) +
          ",\"warm_reads\":" + std::to_string(m.warm_reads->Value()) +
          ",\"refused\":" + std::to_string(m.refused_connections->Value()) +
-         ",\"warm_jobs\":" + std::to_string(running_warm_jobs()) + "}";
+         ",\"warm_jobs\":" + std::to_string(warm_jobs_.running()) + "}";
 }
 
 }  // namespace shardcache::serve

@@ -35,13 +35,10 @@
 // observer_delay_ms and repeated when another rank of the same plan opens. The daemon wires it
 // to CachedSource::SetFutureAccessOrder(version, access_plan().Now(version), order).
 //
-// Warm jobs (WarmDataset / WarmStatus, local protocol 2; warm_job.h): daemon-side jobs that
-// read a whole dataset into the cache for `shardctl warm --socket`. They need no Hello. A job
-// belongs to the service, not to the connection that asked for it: a client that disconnects
-// leaves it running, and Stop() cancels and joins every job before the clients are
-// disconnected. One job per dataset name runs at a time (a second request gets the running
-// job's id), at most max_warm_jobs run at once, and the outcome of the last kKeptWarmJobs
-// finished jobs can still be polled.
+// Warm jobs (WarmDataset / WarmStatus, local protocol 2; warm_jobs.h): daemon-side jobs that
+// read a whole dataset into the cache for `shardctl warm --socket`. They need no Hello and
+// outlive the connection that asked; Stop() cancels and joins every job before the clients are
+// disconnected.
 //
 // Thread safety: Start() and Stop() from one controlling thread; the rest is internal.
 #pragma once
@@ -65,7 +62,7 @@
 #include "daemon/serve/batch_assembler.h"
 #include "daemon/serve/peer_access.h"
 #include "daemon/serve/loader_pipeline.h"
-#include "daemon/serve/warm_job.h"
+#include "daemon/serve/warm_jobs.h"
 #include "daemon/source/chunk_source.h"
 
 namespace shardcache::v1 {
@@ -175,10 +172,7 @@ class LocalService {
   // One JSON object with the figures above and the serve counters.
   std::string StatsJson() const;
   // Warm jobs still running.
-  size_t running_warm_jobs() const;
-
-  // Finished warm jobs whose outcome stays available to WarmStatus.
-  static constexpr size_t kKeptWarmJobs = 16;
+  size_t running_warm_jobs() const { return warm_jobs_.running(); }
 
  private:
   struct Connection;
@@ -217,8 +211,6 @@ class LocalService {
   void ObserverLoop();
   // WarmDataset: the running job for the dataset, or a new one.
   Status StartWarm(const std::string& dataset, v1::WarmDatasetResponse* response);
-  Status WarmStatus(uint64_t warm_id, v1::WarmStatusResponse* response) const;
-  void StopWarmJobs();
   static std::string PlanKey(const DatasetPtr& dataset, const plan::PlanOptions& o);
 
   ChunkSource& source_;
@@ -273,11 +265,7 @@ class LocalService {
   bool trim_pending_ = false;    // accept thread only: a connection ended since the last trim
   std::thread reaper_thread_;
 
-  // Warm jobs by id: the running ones and the last kKeptWarmJobs finished ones.
-  mutable Mutex warm_mu_;
-  std::map<uint64_t, std::unique_ptr<WarmJob>> warm_jobs_ GUARDED_BY(warm_mu_);
-  uint64_t next_warm_id_ GUARDED_BY(warm_mu_) = 1;
-  bool warm_stopping_ GUARDED_BY(warm_mu_) = false;
+  WarmJobs warm_jobs_;
 };
 
 }  // namespace shardcache::serve

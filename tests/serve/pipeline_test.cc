@@ -184,6 +184,39 @@ TEST_CASE("a loader whose client's other loaders hold every slot waits for one i
   CHECK(d->batch.sample_ids.front() == 0);
 }
 
+TEST_CASE("a loader stopped while its first batch is late publishes none of the batches done behind it",
+          "[serve][pipeline]") {
+  // The daemon stopping (or the client gone) cancels the loader while batch 0 still reads and
+  // batches 1.. wait, done, behind it. Batch 0 is then dropped; were the ones behind it still
+  // published, the client (which reads its ring without asking the daemon) would take batch 1
+  // as its first, and resuming on a successor after "one batch taken" would repeat batch 1 and
+  // skip batch 0.
+  GatedFixture f;
+  auto arena = serve::Arena::Create(2 << 20, 16);
+  REQUIRE(arena.ok());
+  serve::BatchAssemblerOptions ao;
+  ao.read_threads = 4;
+  serve::BatchAssembler assembler(*f.gated, ao);
+  auto ring = batch_ring::RingWriter::Create(8, 16);
+  REQUIRE(ring.ok());
+  const uint64_t ring_bytes = (*ring)->bytes();
+  void* map = mmap(nullptr, ring_bytes, PROT_READ, MAP_SHARED, (*ring)->fd(), 0);
+  REQUIRE(map != MAP_FAILED);
+  const auto& header = *reinterpret_cast<const batch_ring::RingHeader*>(map);
+  auto pipeline =
+      std::make_unique<LoaderPipeline>(3, **arena, assembler, f.locator, *f.slice, f.options, std::move(*ring));
+  REQUIRE(testing::Eventually([&] { return f.gated->waiting() > 0; }));
+  // The batches behind batch 0 take their slots and finish.
+  REQUIRE(testing::Eventually([&] { return 16 - (*arena)->FreeSlots() >= f.options.prefetch_batches; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(header.published.load() == 0);
+  pipeline->Cancel();
+  f.gated->Open();
+  pipeline.reset();  // waits for batch 0's reads to end
+  CHECK(header.published.load() == 0);
+  munmap(map, ring_bytes);
+}
+
 // 4 shards x 250 records of 1000 bytes in 16 KiB chunks (records straddle chunk edges) behind
 // a FlakySource failing chunk 5 of shard 0 `failures` times; a global-shuffle plan in batches
 // of 10 and an arena of 8 slots.
