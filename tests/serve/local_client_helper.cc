@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
     for (uint64_t k = 0; k < b->payload_bytes(); ++k) sum += b->data()[k];
     held.push_back(std::move(*b));
   }
-  std::ofstream(argv[5]) << "ready " << sum << "\n";
+  // Written aside and renamed: a waiter that sees the marker sees all of it.
+  const std::string marker = argv[5], aside = marker + ".tmp";
+  std::ofstream(aside) << "ready " << sum << "\n";
+  std::rename(aside.c_str(), marker.c_str());
   for (;;) pause();
 }

@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -69,16 +71,25 @@ void Process::Kill() {
 }
 
 int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  // Below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768 by default): a port
+  // the kernel handed out for `bind(0)` is also what it hands to outgoing connections, so under
+  // load another test's client could take it before our daemon binds it ("address in use").
+  // Each call tries the next port of a per-process sequence that starts at a random place, so
+  // parallel test processes rarely ask for the same one.
+  static std::atomic<uint32_t> next{static_cast<uint32_t>(std::random_device{}())};
+  constexpr int kLow = 20000, kSpan = 12000;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = kLow + static_cast<int>(next.fetch_add(7) % kSpan);
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  return 0;
 }
 
 bool WaitForPort(int port, std::chrono::milliseconds timeout) {
