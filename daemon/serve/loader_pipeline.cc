@@ -26,6 +26,7 @@ LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assemb
       arena_(arena),
       assembler_(assembler),
       locator_(std::move(locator)),
+      version_id_(VersionId(locator_->dataset()->version)),
       slice_(std::move(slice)),
       options_(std::move(options)),
       batch_size_(slice_.options().batch_size),
@@ -257,10 +258,9 @@ bool LoaderPipeline::Warm() {
     MutexLock l(&mu_);
     base = assemble_index_;
   }
-  const Hash128 version = VersionId(locator_->dataset()->version);
   while (!warmed_.empty() && warmed_.front().index < base) {
     warmed_bytes_ -= warmed_.front().bytes;
-    warmed_keys_.erase(ChunkKey{version, warmed_.front().shard, warmed_.front().chunk});
+    warmed_keys_.erase(ChunkKey{version_id_, warmed_.front().shard, warmed_.front().chunk});
     warmed_.pop_front();
   }
   // Samples before `base` are in batches being assembled or queued: their reads are running.
@@ -287,7 +287,7 @@ bool LoaderPipeline::Warm() {
     if (!e.ok()) break;  // the demand path reports it
     if (e->length > 0) {
       for (uint64_t c = e->offset / cb; c <= (e->offset + e->length - 1) / cb; ++c) {
-        if (!warmed_keys_.insert(ChunkKey{version, e->shard, c}).second) continue;
+        if (!warmed_keys_.insert(ChunkKey{version_id_, e->shard, c}).second) continue;
         const uint64_t bytes = dataset::ChunkLength(m, e->shard, c);
         warmed_.push_back({warm_index_, e->shard, c, bytes});
         warmed_bytes_ += bytes;

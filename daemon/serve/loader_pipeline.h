@@ -165,6 +165,7 @@ class LoaderPipeline {
   Arena& arena_;
   BatchAssembler& assembler_;
   const std::shared_ptr<SampleLocator> locator_;
+  const Hash128 version_id_;  // of the dataset version read: the version part of its ChunkKeys
   const plan::RankSlice slice_;
   const LoaderPipelineOptions options_;
   const uint64_t batch_size_;
