@@ -81,9 +81,13 @@ Result<std::unique_ptr<IndexDb>> IndexDb::Open(const std::string& path, uint64_t
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   options.max_log_file_size = 1 << 20;
   options.keep_log_file_num = 2;
-  options.write_buffer_size = 4 << 20;
+  // The memtable grows with every chunk stored or dropped until it is flushed, so its size is
+  // memory the daemon holds for good once the cache has churned long enough: a 1-hour soak
+  // measured it filling 0.5 -> 4 MiB (most of that run's RSS drift) with 4 MiB buffers. An
+  // index entry is ~50 bytes, so 1 MiB still holds ~20,000 writes between flushes.
+  options.write_buffer_size = 1 << 20;
   options.max_write_buffer_number = 2;
-  options.max_total_wal_size = 8 << 20;
+  options.max_total_wal_size = 4 << 20;
   options.max_manifest_file_size = 4 << 20;
   // Preallocation would make the index look 4+ MiB larger to du than it is.
   options.allow_fallocate = false;

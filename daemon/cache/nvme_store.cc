@@ -362,26 +362,6 @@ struct NvmeStore::PieceJob {
   uint8_t* table = nullptr;   // table pages of the blocks read (partial reads; in the scratch)
 };
 
-namespace {
-
-// ReadPieces' bounce buffers and table pages come from one scratch buffer per reading thread,
-// reused from call to call: millions of short-lived 4 KiB-aligned allocations a minute made
-// the malloc arenas grow by fragmentation (a soak's RSS crept up while its live heap stayed
-// flat). A call that needs more than this takes a buffer of its own.
-constexpr uint64_t kMaxThreadScratchBytes = 1ull << 20;
-
-uint8_t* Scratch(uint64_t bytes, AlignedBuffer* own) {
-  thread_local AlignedBuffer scratch;
-  if (bytes > kMaxThreadScratchBytes) {
-    *own = AlignedBuffer(bytes);
-    return own->data();
-  }
-  if (scratch.capacity() < bytes) scratch = AlignedBuffer(std::max<uint64_t>(bytes, 256 << 10));
-  return scratch.data();
-}
-
-}  // namespace
-
 std::vector<NvmeStore::PieceJob> NvmeStore::FindPieces(std::span<const NvmePiece> pieces, std::vector<bool>* hit) {
   std::vector<PieceJob> jobs;
   MutexLock lock(&mu_);
@@ -415,8 +395,8 @@ std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
     j.plan = PlanPieceRead(p.offset, p.length, p.chunk_length, j.loc.length, p.dest);
     scratch_bytes += (j.plan.direct ? 0 : j.plan.data_len) + j.plan.table_len;  // 4 KiB multiples
   }
-  AlignedBuffer own;
-  uint8_t* scratch = scratch_bytes > 0 ? Scratch(scratch_bytes, &own) : nullptr;
+  ScratchPool::Lease lease = scratch_.Borrow(scratch_bytes);
+  uint8_t* scratch = lease.data();
   std::vector<ReadRequest> reads;
   reads.reserve(2 * jobs.size());
   for (PieceJob& j : jobs) {

@@ -74,6 +74,7 @@
 #include "daemon/cache/eviction_policy.h"
 #include "daemon/cache/extent.h"
 #include "daemon/cache/index_db.h"
+#include "daemon/cache/scratch_pool.h"
 #include "daemon/cache/segment_file.h"
 #include "daemon/source/chunk_source.h"
 
@@ -265,6 +266,9 @@ class NvmeStore {
   const std::unique_ptr<DiskHealth> health_;
   RecoveryStats recovery_;
 
+  // Bounce buffers and table pages of ReadPieces: at most 4 buffers of up to 1 MiB kept between
+  // reads (see scratch_pool.h).
+  ScratchPool scratch_{4, 1ull << 20};
   mutable Mutex mu_;
   CondVar writer_cv_;                    // queue non-empty or stop
   CondVar space_cv_;                     // queue has room
