@@ -13,7 +13,9 @@
 #include <toml++/toml.h>
 
 #include "common/fs.h"
+#include "common/host_port.h"
 #include "common/units.h"
+#include "daemon/upstream/upstream_uri.h"
 
 namespace shardcache::config {
 namespace {
@@ -182,24 +184,6 @@ std::optional<std::vector<std::string>> ReadGroupNames(const toml::node& n, cons
   return out;
 }
 
-// "host:port" or "[v6]:port", port 1..65535.
-std::optional<std::string> CheckHostPort(const std::string& s) {
-  const size_t colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return Quote(s) + " is not host:port (e.g. 0.0.0.0:7443, [::1]:7443)";
-  }
-  const std::string host = s.substr(0, colon), port = s.substr(colon + 1);
-  if (host.find(':') != std::string::npos && !(host.front() == '[' && host.back() == ']')) {
-    return Quote(s) + ": write IPv6 addresses in brackets, e.g. [::1]:7443";
-  }
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) ||
-      std::stoi(port) < 1 || std::stoi(port) > 65535) {
-    return Quote(s) + " has no valid port (1-65535)";
-  }
-  return std::nullopt;
-}
-
 size_t EditDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -238,7 +222,7 @@ const std::vector<KeySpec>& Specs() {
     add("upstream", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadString(n, k, p)) {
-            if (auto u = ParseUpstream(*v); !u.ok()) p.Add(k, u.status().message(), &n);
+            if (auto u = upstream::ParseUpstreamUri(*v); !u.ok()) p.Add(k, u.status().message(), &n);
             c.upstream = *v;
           }
         },
@@ -250,7 +234,7 @@ const std::vector<KeySpec>& Specs() {
           [field](const std::string& k, N n, Config& c, Problems& p) {
             if (auto v = ReadString(n, k, p)) {
               if (!v->empty()) {
-                if (auto bad = CheckHostPort(*v)) p.Add(k, *bad, &n);
+                if (Status bad = CheckHostPort(*v); !bad.ok()) p.Add(k, bad.message(), &n);
               }
               c.listen.*field = *v;
             }
@@ -287,34 +271,26 @@ const std::vector<KeySpec>& Specs() {
         SC_SAME(cache.size_bytes));
     add("cache.memory_size", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
-          if (auto v = ReadSize(n, k, p)) c.cache.memory_size_bytes = *v;
+          if (auto v = ReadSize(n, k, p)) c.cache.memory_bytes = *v;
         },
-        SC_SAME(cache.memory_size_bytes));
+        SC_SAME(cache.memory_bytes));
     add("cache.min_free", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto s = n.value_exact<std::string>(); s && !s->empty() && s->back() == '%') {
-            const std::string num = s->substr(0, s->size() - 1);
-            char* end = nullptr;
-            const double pct = std::strtod(num.c_str(), &end);
-            if (num.empty() || end != num.c_str() + num.size() || !(pct >= 0 && pct < 100)) {
-              p.Add(k, Quote(*s) + " is not a percentage in [0%, 100%)", &n);
-              return;
-            }
-            c.cache.min_free = MinFree{pct, 0};
+            auto percent = cache::ParseMinFree(*s);
+            if (percent.ok()) c.cache.min_free = *percent;
+            else p.Add(k, percent.status().message(), &n);
             return;
           }
-          if (auto v = ReadSize(n, k, p)) {
-            c.cache.min_free = *v == 0 ? MinFree{0, 0} : MinFree{0, *v};
-          }
+          if (auto v = ReadSize(n, k, p)) c.cache.min_free = cache::MinFree{0, *v};
         },
         SC_SAME(cache.min_free));
     add("cache.eviction", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadString(n, k, p)) {
-            if (*v == "lru") c.cache.eviction = Eviction::kLru;
-            else if (*v == "static") c.cache.eviction = Eviction::kStatic;
-            else if (*v == "clairvoyant") c.cache.eviction = Eviction::kClairvoyant;
-            else p.Add(k, Quote(*v) + " is not an eviction policy (lru, static, clairvoyant)", &n);
+            auto policy = cache::ParseEvictionPolicy(*v);
+            if (policy.ok()) c.cache.eviction = *policy;
+            else p.Add(k, policy.status().message(), &n);
           }
         },
         SC_SAME(cache.eviction));
@@ -326,11 +302,11 @@ const std::vector<KeySpec>& Specs() {
                            " (two chunks of the default 4 MiB chunk size; a chunk larger than a "
                            "segment is never cached) and a multiple of 4 KiB", &n);
             } else {
-              c.cache.segment_size_bytes = *v;
+              c.cache.segment_bytes = *v;
             }
           }
         },
-        SC_SAME(cache.segment_size_bytes));
+        SC_SAME(cache.segment_bytes));
     add("fetch.bandwidth", true,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadRate(n, k, p)) c.fetch.bandwidth_bytes_per_s = *v;
@@ -532,50 +508,9 @@ void CheckTogether(Config& c, bool upstream_seen, ReferencedFiles files, Problem
 
 }  // namespace
 
-const char* EvictionName(Eviction e) {
-  switch (e) {
-    case Eviction::kLru: return "lru";
-    case Eviction::kStatic: return "static";
-    case Eviction::kClairvoyant: return "clairvoyant";
-  }
-  return "?";
-}
-
-Result<Upstream> ParseUpstream(const std::string& uri) {
-  const std::string kForms = " (use file:///ABSOLUTE/DIR, grpc://HOST:PORT or grpcs://HOST:PORT)";
-  Upstream u;
-  auto starts = [&](const char* p) { return uri.rfind(p, 0) == 0; };
-  if (starts("file://")) {
-    u.scheme = Upstream::Scheme::kFile;
-    u.path = uri.substr(7);
-    if (u.path.empty() || u.path.front() != '/') {
-      return InvalidArgument(Quote(uri) + " needs an absolute path after file://" + kForms);
-    }
-    while (u.path.size() > 1 && u.path.back() == '/') u.path.pop_back();
-    return u;
-  }
-  std::string rest;
-  if (starts("grpc://")) {
-    u.scheme = Upstream::Scheme::kGrpc;
-    rest = uri.substr(7);
-  } else if (starts("grpcs://")) {
-    u.scheme = Upstream::Scheme::kGrpcs;
-    rest = uri.substr(8);
-  } else {
-    return InvalidArgument(Quote(uri) + " is not a supported upstream" + kForms);
-  }
-  if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  if (rest.find('/') != std::string::npos) {
-    return InvalidArgument(Quote(uri) + " must not have a path after host:port" + kForms);
-  }
-  if (auto bad = CheckHostPort(rest)) return InvalidArgument(*bad + kForms);
-  u.target = rest;
-  return u;
-}
-
 uint64_t BufferMemoryBytes(const Config& c) {
   const uint64_t arenas = c.listen.socket.empty() ? 0 : uint64_t{c.local.max_connections} * c.local.arena_size_bytes;
-  return c.cache.memory_size_bytes + arenas;
+  return c.cache.memory_bytes + arenas;
 }
 
 Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {

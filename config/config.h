@@ -2,8 +2,10 @@
 // struct, its parser, and the rules for what a SIGHUP may change at run time.
 //
 // config/ alone reads configuration files. Every key of the operator-facing contract (the
-// table in shared/DESIGN.md) maps to one field here; components receive their own `Options`
-// built from these fields by the daemon. config/shardcached.toml documents every key with its
+// table in shared/DESIGN.md) maps to one field here. Components own their option types and
+// defaults: [cache] is the cache's own CacheOptions, embedded, and the other sections start
+// from the constants their components define (fetch.* from grpc_source_options.h, local.*
+// from serve_defaults.h, listen.* from the services), so each default is written once. config/shardcached.toml documents every key with its
 // default, its meaning and whether SIGHUP reloads it; KnownKeys() is the machine-readable
 // list of the same (a test keeps the two in step).
 //
@@ -20,33 +22,12 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/admin/admin_server.h"
+#include "daemon/cache/cache_options.h"
+#include "daemon/serve/serve_defaults.h"
+#include "daemon/upstream/grpc_source_options.h"
 
 namespace shardcache::config {
-
-enum class Eviction { kLru, kStatic, kClairvoyant };
-const char* EvictionName(Eviction e);
-
-// Where the daemon gets its data from: "file:///abs/dir", "grpc://host:port" or
-// "grpcs://host:port" (TLS).
-struct Upstream {
-  enum class Scheme { kFile, kGrpc, kGrpcs };
-  Scheme scheme = Scheme::kFile;
-  std::string path;    // kFile: absolute directory, no trailing slash (except "/")
-  std::string target;  // kGrpc/kGrpcs: "host:port" as written
-};
-// Returns InvalidArgument explaining the accepted forms on anything else.
-Result<Upstream> ParseUpstream(const std::string& uri);
-
-// Free-space floor on the cache file system: a fraction of its size ("5%") or bytes ("50GiB").
-struct MinFree {
-  double percent = 5.0;  // used when bytes == 0
-  uint64_t bytes = 0;
-  // Bytes to keep free on a file system of `fs_bytes`.
-  uint64_t BytesFor(uint64_t fs_bytes) const {
-    return bytes != 0 ? bytes : static_cast<uint64_t>(static_cast<double>(fs_bytes) * percent / 100.0);
-  }
-  bool operator==(const MinFree&) const = default;
-};
 
 // Smallest cache.segment_size: two chunks of the default chunk size (shardctl index
 // --chunk-bytes, 4 MiB), so that a segment sealed with a chunk that no longer fits wastes at most
@@ -54,40 +35,39 @@ struct MinFree {
 // not cached (logged once per dataset, counted in shardcache_cache_unstored_chunks_total).
 constexpr uint64_t kMinSegmentBytes = 8ull << 20;
 
+// cache.dir unless configured: systemd's CacheDirectory= (the component itself has no default
+// directory; tests and tools always name one).
+inline constexpr char kDefaultCacheDir[] = "/var/cache/shardcache";
+
 struct Config {
-  // Required. See Upstream.
+  // Required: "file:///abs/dir", "grpc://host:port" or "grpcs://host:port" (upstream_uri.h).
   std::string upstream;
 
   struct Listen {
     std::string origin;                                 // "host:port"; "" = off
-    std::string socket = "/run/shardcache/shardcached.sock";  // Unix socket; "" = off
-    std::string metrics = "127.0.0.1:9750";             // admin HTTP; "" = off
+    std::string socket = serve::kDefaultSocketPath;       // Unix socket; "" = off
+    std::string metrics = admin::kDefaultListen;          // admin HTTP; "" = off
     bool operator==(const Listen&) const = default;
   } listen;
 
-  struct Cache {
-    std::string dir = "/var/cache/shardcache";
-    // Refuse to start unless `dir` is a mount point other than "/" (the cache disk is mounted
-    // there), and never create it.
-    bool require_mount = false;
-    uint64_t size_bytes = 0;                      // NVMe tier budget; 0 = no NVMe tier
-    uint64_t memory_size_bytes = 256ull << 20;    // DRAM tier budget; 0 = no DRAM tier
-    MinFree min_free;
-    Eviction eviction = Eviction::kLru;
-    uint64_t segment_size_bytes = 256ull << 20;   // NVMe segment file size
-    bool operator==(const Cache&) const = default;
-  } cache;
+  // [cache]: dir, require_mount, size (size_bytes), memory_size (memory_bytes), min_free,
+  // eviction, segment_size (segment_bytes); the options without a key keep their defaults.
+  cache::CacheOptions cache = [] {
+    cache::CacheOptions o;
+    o.dir = kDefaultCacheDir;
+    return o;
+  }();
 
   struct Fetch {
     uint64_t bandwidth_bytes_per_s = 0;           // 0 = no cap
-    uint32_t connections = 8;                     // initial upstream HTTP/2 connections
-    uint32_t max_connections = 16;                // ceiling when adapting to the link
-    std::chrono::milliseconds timeout{60000};     // deadline of one upstream call
+    uint32_t connections = upstream::kDefaultConnections;        // initial upstream connections
+    uint32_t max_connections = upstream::kDefaultMaxConnections; // ceiling when adapting to the link
+    std::chrono::milliseconds timeout = upstream::kDefaultCallTimeout;  // deadline of one call
     // How long reads wait for an upstream that stopped answering before they fail with
     // Unavailable (naming the upstream and its last error).
-    std::chrono::milliseconds outage_timeout{30000};
-    uint32_t retries = 5;                         // attempts after the first, jittered backoff
-    uint64_t prefetch_bytes = 256ull << 20;       // per-loader lookahead of planned prefetch
+    std::chrono::milliseconds outage_timeout = upstream::kDefaultOutageTimeout;
+    uint32_t retries = upstream::kDefaultRetries;  // attempts after the first, jittered backoff
+    uint64_t prefetch_bytes = serve::kDefaultLookaheadBytes;  // per-loader planned prefetch
     bool operator==(const Fetch&) const = default;
   } fetch;
 
@@ -116,9 +96,9 @@ struct Config {
     std::vector<uint32_t> allowed_uids;
     std::vector<std::string> allowed_groups = {"shardcache-users"};  // names, resolved at start
     std::vector<uint32_t> allowed_gids;
-    uint64_t arena_size_bytes = 512ull << 20;  // shared-memory arena per client
-    uint32_t slots = 16;                     // batch slots per arena
-    uint32_t max_connections = 256;          // trainer connections at once; more are refused
+    uint64_t arena_size_bytes = serve::kDefaultArenaBytes;  // shared-memory arena per client
+    uint32_t slots = serve::kDefaultSlots;                  // batch slots per arena
+    uint32_t max_connections = serve::kDefaultMaxConnections;  // trainer connections; more are refused
     bool operator==(const Local&) const = default;
   } local;
 

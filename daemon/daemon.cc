@@ -13,6 +13,7 @@
 #include "common/version.h"
 #include "daemon/admin/admin_server.h"
 #include "daemon/cache/cached_source.h"
+#include "daemon/component_options.h"
 #include "daemon/serve/grpc_server.h"
 #include "daemon/serve/local_service.h"
 #include "daemon/serve/origin_service.h"
@@ -50,8 +51,7 @@ int Daemon::admin_port() const { return admin_ ? admin_->port() : 0; }
 
 Status Daemon::StartAdmin() {
   if (config_.listen.metrics.empty()) return Status::Ok();
-  admin::AdminOptions o;
-  o.listen = config_.listen.metrics;
+  admin::AdminOptions o = AdminOptionsFor(config_);
   admin::AdminHandlers h;
   h.status_json = [this] { return StatusJson(); };
   h.evict = [this](const std::string& d) { return EvictDataset(d); };
@@ -66,26 +66,14 @@ Status Daemon::StartAdmin() {
 }
 
 Status Daemon::BuildUpstream() {
-  SC_ASSIGN_OR_RETURN(config::Upstream u, config::ParseUpstream(config_.upstream));
-  if (u.scheme == config::Upstream::Scheme::kFile) {
+  SC_ASSIGN_OR_RETURN(upstream::UpstreamUri u, upstream::ParseUpstreamUri(config_.upstream));
+  if (u.scheme == upstream::UpstreamUri::Scheme::kFile) {
     auto source = upstream::FileSource::Open(u.path);
     if (!source.ok()) return source.status().WithContext("upstream " + config_.upstream);
     parts_->upstream = std::move(*source);
     return Status::Ok();
   }
-  upstream::GrpcSourceOptions o;
-  SC_RETURN_IF_ERROR(upstream::ParseGrpcTarget(config_.upstream, &o).WithContext("upstream"));
-  o.ca = config_.tls.ca;
-  o.cert = config_.tls.cert;
-  o.key = config_.tls.key;
-  o.token = config_.auth.token;
-  o.connections = static_cast<int>(config_.fetch.connections);
-  o.max_connections = static_cast<int>(config_.fetch.max_connections);
-  o.bandwidth_bytes_per_s = config_.fetch.bandwidth_bytes_per_s;
-  o.call_timeout = config_.fetch.timeout;
-  o.outage_timeout = config_.fetch.outage_timeout;
-  o.max_retries = static_cast<int>(config_.fetch.retries);
-  auto source = upstream::GrpcSource::Create(std::move(o));
+  auto source = upstream::GrpcSource::Create(GrpcSourceOptionsFor(config_, u));
   if (!source.ok()) return source.status().WithContext("upstream " + config_.upstream);
   parts_->grpc = source->get();
   parts_->upstream = std::move(*source);
@@ -101,15 +89,7 @@ Status Daemon::BuildCache(const std::function<void(const std::string&)>& progres
     parts_->serving = parts_->upstream.get();
     return Status::Ok();
   }
-  cache::CacheOptions o;
-  o.dir = config_.cache.dir;
-  o.require_mount = config_.cache.require_mount;
-  o.size_bytes = config_.cache.size_bytes;
-  o.memory_bytes = config_.cache.memory_size_bytes;
-  o.min_free_fraction = config_.cache.min_free.bytes == 0 ? config_.cache.min_free.percent / 100.0 : 0;
-  o.min_free_bytes = config_.cache.min_free.bytes;
-  SC_ASSIGN_OR_RETURN(o.eviction, cache::ParseEvictionPolicy(config::EvictionName(config_.cache.eviction)));
-  o.segment_bytes = config_.cache.segment_size_bytes;
+  const cache::CacheOptions& o = config_.cache;
   if (progress && o.size_bytes > 0) progress("recovering cache index in " + o.dir);
   auto cached = cache::CachedSource::Open(o, std::move(parts_->upstream));
   if (!cached.ok()) return cached.status().WithContext("cache (cache.dir " + o.dir + ")");
@@ -120,13 +100,7 @@ Status Daemon::BuildCache(const std::function<void(const std::string&)>& progres
 
 Status Daemon::StartOrigin() {
   if (config_.listen.origin.empty()) return Status::Ok();
-  serve::ServerOptions o;
-  o.listen = config_.listen.origin;
-  o.tls_cert = config_.tls.cert;
-  o.tls_key = config_.tls.key;
-  o.tls_ca = config_.tls.ca;
-  o.require_client_cert = config_.tls.require_client_cert;
-  o.token = config_.auth.token;
+  const serve::ServerOptions o = OriginServerOptionsFor(config_);
   auto server = serve::StartOriginServer(*parts_->serving, o);
   if (!server.ok()) return server.status().WithContext("listen.origin " + o.listen);
   parts_->origin = std::move(*server);
@@ -135,36 +109,14 @@ Status Daemon::StartOrigin() {
   return Status::Ok();
 }
 
-namespace {
-
-// The warm-read lookahead each loader gets: fetch.prefetch, but at most an eighth of the cache
-// tiers, so that a loader's warm reads do not evict chunks its own next batches still need
-// (bench/run amplification, block shuffle, 64 MiB cache: 64 MiB of lookahead fetched 1.69x the
-// dataset, 16 MiB 1.09-1.17x, 4 MiB 1.02x). A daemon without a cache keeps the configured value.
-uint64_t LoaderLookahead(const config::Config& c) {
-  const uint64_t cache = c.cache.size_bytes + c.cache.memory_size_bytes;
-  if (cache == 0) return c.fetch.prefetch_bytes;
-  return std::min<uint64_t>(c.fetch.prefetch_bytes, cache / 8);
-}
-
-}  // namespace
-
 Status Daemon::StartLocal() {
   if (config_.listen.socket.empty()) return Status::Ok();
-  serve::LocalServiceOptions o;
-  o.socket_path = config_.listen.socket;
-  o.allowed_uids = config_.local.allowed_uids;
-  o.allowed_gids = config_.local.allowed_gids;
-  o.allowed_groups = config_.local.allowed_groups;
-  o.max_connections = config_.local.max_connections;
-  o.arena_bytes = config_.local.arena_size_bytes;
-  o.slot_count = config_.local.slots;
-  o.prefetch_lookahead_bytes = LoaderLookahead(config_);
+  serve::LocalServiceOptions o = LocalServiceOptionsFor(config_);
   if (o.prefetch_lookahead_bytes < config_.fetch.prefetch_bytes) {
     spdlog::info("prefetch lookahead {} per loader (fetch.prefetch {} is more than an eighth of the cache)",
                  FormatBytes(o.prefetch_lookahead_bytes), FormatBytes(config_.fetch.prefetch_bytes));
   }
-  if (parts_->cache && config_.cache.eviction == config::Eviction::kClairvoyant) {
+  if (parts_->cache && config_.cache.eviction == cache::EvictionPolicyKind::kClairvoyant) {
     // The plans know every loader's future reads: hand them to the clairvoyant policy.
     cache::CachedSource* cache = parts_->cache.get();
     o.observer = [cache](const DatasetPtr& dataset, const std::vector<serve::ChunkAccess>& order) {
@@ -310,7 +262,7 @@ admin::Readiness Daemon::Readiness() const {
 namespace {
 
 // The tiers' part of /status: one entry per tier in j["tiers"], and the hit counts in j["cache"].
-void AddCacheStatus(const cache::CacheStats& cs, const config::Config::Cache& config, nlohmann::json& j) {
+void AddCacheStatus(const cache::CacheStats& cs, const cache::CacheOptions& config, nlohmann::json& j) {
   if (cs.dram_budget_bytes > 0) {
     j["tiers"].push_back({{"name", "dram"},
                           {"used_bytes", cs.dram_used_bytes},
@@ -332,7 +284,7 @@ void AddCacheStatus(const cache::CacheStats& cs, const config::Config::Cache& co
                           {"served_bytes", cs.served_nvme_bytes},
                           {"evicted_segments", cs.nvme.evicted_segments},
                           {"dir", config.dir},
-                          {"eviction", config::EvictionName(config.eviction)}});
+                          {"eviction", cache::EvictionPolicyName(config.eviction)}});
   }
   const uint64_t hits = cs.hits_dram + cs.hits_nvme;
   j["cache"] = {{"hits", hits},

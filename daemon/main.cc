@@ -100,7 +100,7 @@ void PrintCheckReport(const std::string& config_path, const Config& c) {
                                        " x local.arena_size " + shardcache::FormatBytes(c.local.arena_size_bytes);
   std::printf("buffer memory: up to %s (%llu bytes) = cache.memory_size %s + %s; working memory comes on top\n",
               shardcache::FormatBytes(buffers).c_str(), static_cast<unsigned long long>(buffers),
-              shardcache::FormatBytes(c.cache.memory_size_bytes).c_str(), arenas.c_str());
+              shardcache::FormatBytes(c.cache.memory_bytes).c_str(), arenas.c_str());
 }
 
 // The main loop: takes the blocked `signals` synchronously (SIGHUP reloads; SIGTERM/SIGINT

@@ -58,7 +58,7 @@ int Epochs(const std::string& dir, uint64_t dataset_mib, uint64_t cache_mib, uin
     o.cache.segment_bytes = segment_kib << 10;
     o.cache.index_reserve_bytes = 2ull << 20;
     o.cache.size_bytes = (cache_mib << 20) + o.cache.index_reserve_bytes + 8192;
-    o.cache.min_free_fraction = 0;
+    o.cache.min_free = {0, 0};
     o.cache.eviction = kind;
     auto r = RunEpochTrace(o);
     if (!r.ok()) {
@@ -91,7 +91,7 @@ CacheOptions RestartOptions(const std::string& dir, uint64_t entries, uint64_t c
   CacheOptions o;
   o.dir = dir;
   o.memory_bytes = 0;
-  o.min_free_fraction = 0;
+  o.min_free = {0, 0};
   o.segment_bytes = 256ull << 20;
   // Room for every entry plus the index.
   o.size_bytes = entries * ExtentBytes(chunk_bytes) + 4 * o.segment_bytes + (512ull << 20);

@@ -41,9 +41,12 @@ struct Response;
 
 namespace shardcache::admin {
 
+// Where the admin HTTP server listens unless configured (listen.metrics); shardctl asks here.
+inline constexpr char kDefaultListen[] = "127.0.0.1:9750";
+
 struct AdminOptions {
-  // "host:port" or "[v6]:port". Default: 127.0.0.1:9750.
-  std::string listen = "127.0.0.1:9750";
+  // "host:port" or "[v6]:port". Default: kDefaultListen.
+  std::string listen = kDefaultListen;
   // Worker threads serving requests. Default: 4 (scrapes and shardctl are rare and small).
   int threads = 4;
   // Load NVML for GPU metrics when present. Default: true.

@@ -29,11 +29,6 @@ bool Measure(const std::string& dir, Space* out) {
   return true;
 }
 
-uint64_t FloorBytes(const CacheOptions& o, uint64_t total) {
-  return std::max<uint64_t>(static_cast<uint64_t>(o.min_free_fraction * static_cast<double>(total)),
-                            o.min_free_bytes);
-}
-
 }  // namespace
 
 Status PrepareCacheDir(const CacheOptions& options) {
@@ -65,7 +60,7 @@ Status PrepareCacheDir(const CacheOptions& options) {
 uint64_t FitToFileSystem(const CacheOptions& options, uint64_t size_bytes) {
   Space space;
   if (!Measure(options.dir, &space)) return size_bytes;
-  const uint64_t floor = FloorBytes(options, space.total);
+  const uint64_t floor = options.min_free.BytesFor(space.total);
   const uint64_t holds = space.total > floor ? space.total - floor : 0;
   if (size_bytes <= holds) return size_bytes;
   spdlog::warn("cache.size {} is more than the file system of {} can hold ({}: {} minus the {} min_free floor); "
@@ -78,7 +73,7 @@ uint64_t FitToFileSystem(const CacheOptions& options, uint64_t size_bytes) {
 int64_t HeadroomAboveFloor(const CacheOptions& options) {
   Space space;
   if (!Measure(options.dir, &space)) return INT64_MAX;
-  return static_cast<int64_t>(space.available) - static_cast<int64_t>(FloorBytes(options, space.total));
+  return static_cast<int64_t>(space.available) - static_cast<int64_t>(options.min_free.BytesFor(space.total));
 }
 
 }  // namespace shardcache::cache

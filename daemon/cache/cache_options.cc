@@ -1,5 +1,8 @@
 #include "daemon/cache/cache_options.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "common/fs.h"
 #include "common/units.h"
 
@@ -9,7 +12,7 @@ Result<EvictionPolicyKind> ParseEvictionPolicy(const std::string& text) {
   if (text == "lru") return EvictionPolicyKind::kLru;
   if (text == "static") return EvictionPolicyKind::kStatic;
   if (text == "clairvoyant") return EvictionPolicyKind::kClairvoyant;
-  return InvalidArgument("unknown eviction policy '" + text + "' (expected lru, static or clairvoyant)");
+  return InvalidArgument("'" + text + "' is not an eviction policy (lru, static or clairvoyant)");
 }
 
 const char* EvictionPolicyName(EvictionPolicyKind kind) {
@@ -33,8 +36,8 @@ Status CacheOptions::Validate() const {
                            " is not a positive multiple of 4096");
   }
   if (segment_bytes > (1ull << 40)) return InvalidArgument("cache segment_bytes above 1 TiB");
-  if (min_free_fraction < 0 || min_free_fraction >= 1) {
-    return InvalidArgument("cache.min_free fraction " + std::to_string(min_free_fraction) +
+  if (!(min_free.fraction >= 0 && min_free.fraction < 1)) {
+    return InvalidArgument("cache.min_free fraction " + std::to_string(min_free.fraction) +
                            " is outside [0, 1)");
   }
   if (size_bytes > 0 && size_bytes < EffectiveIndexReserve() + segment_bytes) {
@@ -47,23 +50,22 @@ Status CacheOptions::Validate() const {
   return Status::Ok();
 }
 
-Status ParseMinFree(const std::string& text, CacheOptions* options) {
+uint64_t MinFree::BytesFor(uint64_t fs_bytes) const {
+  return std::max<uint64_t>(static_cast<uint64_t>(fraction * static_cast<double>(fs_bytes)), bytes);
+}
+
+Result<MinFree> ParseMinFree(const std::string& text) {
   if (!text.empty() && text.back() == '%') {
     const std::string num = text.substr(0, text.size() - 1);
     char* end = nullptr;
     const double pct = std::strtod(num.c_str(), &end);
-    if (num.empty() || end != num.c_str() + num.size() || pct < 0 || pct >= 100) {
-      return InvalidArgument("cache.min_free '" + text + "' is not a percentage in [0, 100)");
+    if (num.empty() || end != num.c_str() + num.size() || !(pct >= 0 && pct < 100)) {
+      return InvalidArgument("'" + text + "' is not a percentage in [0%, 100%)");
     }
-    options->min_free_fraction = pct / 100.0;
-    options->min_free_bytes = 0;
-    return Status::Ok();
+    return MinFree{pct / 100.0, 0};
   }
-  auto bytes = ParseBytes(text);
-  if (!bytes.ok()) return bytes.status().WithContext("cache.min_free");
-  options->min_free_bytes = *bytes;
-  options->min_free_fraction = 0;
-  return Status::Ok();
+  SC_ASSIGN_OR_RETURN(uint64_t bytes, ParseBytes(text));
+  return MinFree{0, bytes};
 }
 
 }  // namespace shardcache::cache

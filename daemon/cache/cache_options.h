@@ -1,6 +1,7 @@
 // CacheOptions: every knob of the cache tiers (DRAM + NVMe) in one struct with in-class
-// defaults, validated once by Validate(). config/ parses the TOML keys into it; tests and
-// tools fill it directly.
+// defaults — the one place each default is written — validated once by Validate(). config/
+// embeds it as Config::cache and parses the [cache] keys into it with the parsers below; tests
+// and tools fill it directly.
 //
 // Thread safety: a plain value.
 #pragma once
@@ -22,6 +23,18 @@ enum class EvictionPolicyKind {
 Result<EvictionPolicyKind> ParseEvictionPolicy(const std::string& text);
 const char* EvictionPolicyName(EvictionPolicyKind kind);
 
+// Free-space floor on the cache file system: a fraction of its size or a byte count, whichever
+// is larger (ParseMinFree sets one and zeroes the other).
+struct MinFree {
+  double fraction = 0.05;
+  uint64_t bytes = 0;
+  // Bytes to keep free on a file system of `fs_bytes`.
+  uint64_t BytesFor(uint64_t fs_bytes) const;
+  bool operator==(const MinFree&) const = default;
+};
+// "5%" (a percentage in [0, 100)) or a byte size ("10GiB"); InvalidArgument quoting the text.
+Result<MinFree> ParseMinFree(const std::string& text);
+
 struct CacheOptions {
   // Directory holding the segment files (seg-<id>.dat) and the RocksDB index (index/).
   // Created when missing, unless require_mount. Required when size_bytes > 0.
@@ -41,10 +54,9 @@ struct CacheOptions {
   uint64_t memory_bytes = 256ull << 20;
 
   // Free-space floor on the file system holding `dir`: the cache never allocates a segment that
-  // would leave less free than max(min_free_fraction * fs size, min_free_bytes), and gives
-  // segments back (unlinks them) when other files eat into the floor. Default: 5 %.
-  double min_free_fraction = 0.05;
-  uint64_t min_free_bytes = 0;
+  // would leave less free than min_free.BytesFor(fs size), and gives segments back (unlinks
+  // them) when other files eat into the floor. Default: 5 %.
+  MinFree min_free;
 
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
 
@@ -81,10 +93,8 @@ struct CacheOptions {
   Status Validate() const;
   // Reserve actually used for the index (resolves the 0 = auto default).
   uint64_t EffectiveIndexReserve() const;
-};
 
-// Parses a min_free value as written in config: "5%" (fraction of the file system) or a byte
-// size ("10GiB"). Sets one of the two fields and zeroes the other.
-Status ParseMinFree(const std::string& text, CacheOptions* options);
+  bool operator==(const CacheOptions&) const = default;
+};
 
 }  // namespace shardcache::cache

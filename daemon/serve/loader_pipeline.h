@@ -41,6 +41,7 @@
 #include "daemon/plan/rank_slice.h"
 #include "daemon/serve/arena.h"
 #include "daemon/serve/batch_assembler.h"
+#include "daemon/serve/serve_defaults.h"
 #include "daemon/serve/serve_metrics.h"
 #include "daemon/source/chunk_key.h"
 #include "shardcache/batch_ring.h"
@@ -67,7 +68,7 @@ struct LoaderPipelineOptions {
   // a second one keeps the disk busy while the first one's last read finishes). Default: 2.
   uint32_t assemble_depth = 2;
   // Chunk bytes warmed ahead of the assembled batches. 0 = no warm reads. Default: 256 MiB.
-  uint64_t lookahead_bytes = 256ull << 20;
+  uint64_t lookahead_bytes = kDefaultLookaheadBytes;
   // When set, overrides lookahead_bytes and may change at any time (LocalService's run-time
   // setter). Must outlive the pipeline.
   const std::atomic<uint64_t>* lookahead_bytes_live = nullptr;

@@ -61,6 +61,7 @@
 #include "daemon/plan/epoch_plan.h"
 #include "daemon/serve/batch_assembler.h"
 #include "daemon/serve/peer_access.h"
+#include "daemon/serve/serve_defaults.h"
 #include "daemon/serve/loader_pipeline.h"
 #include "daemon/serve/warm_jobs.h"
 #include "daemon/source/chunk_source.h"
@@ -99,7 +100,7 @@ constexpr uint32_t kMaxNextTimeoutMs = 10 * 60 * 1000;
 struct LocalServiceOptions {
   // Unix socket path; its directory is created. A stale socket (nobody accepting) is removed;
   // a live one is an error. Default: /run/shardcache/shardcached.sock.
-  std::string socket_path = "/run/shardcache/shardcached.sock";
+  std::string socket_path = kDefaultSocketPath;
   // Permission bits of the socket file. Access control is SO_PEERCRED below, so the socket is
   // connectable by anyone by default and refused peers get a clear PermissionDenied.
   // Default: 0666.
@@ -115,18 +116,18 @@ struct LocalServiceOptions {
   bool allow_root_and_self = true;
   // Shared-memory arena per client connection, split into slot_count equal slots; one batch
   // fits in one slot. Default: 512 MiB in 16 slots (32 MiB per batch).
-  uint64_t arena_bytes = 512ull << 20;
-  uint32_t slot_count = 16;
+  uint64_t arena_bytes = kDefaultArenaBytes;
+  uint32_t slot_count = kDefaultSlots;
   // Per loader: batches assembled ahead (default 4; each holds a slot while it waits, and the
   // loader's batch ring holds up to RingEntriesFor(slot_count / 2, batch_size) more; a ring
   // loader holds at most half the slots) and chunk bytes warmed ahead of
   // those (default 256 MiB; 0 = none, e.g. when there is no cache tier to warm).
   uint32_t prefetch_batches = 4;
-  uint64_t prefetch_lookahead_bytes = 256ull << 20;
+  uint64_t prefetch_lookahead_bytes = kDefaultLookaheadBytes;
   // How long NextBatch waits for data when the client gives no timeout. Default: 120 s.
   uint32_t next_timeout_ms = 120000;
   // Connections beyond this are refused with ResourceExhausted. Default: 256.
-  uint32_t max_connections = 256;
+  uint32_t max_connections = kDefaultMaxConnections;
   BatchAssemblerOptions assembler;
   // Receives the node's future chunk order per dataset, for the cache's clairvoyant policy.
   // Optional. See "Future order" above for what is reported and when.

@@ -7,9 +7,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/host_port.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "daemon/upstream/chunk_codec.h"
+#include "daemon/upstream/upstream_uri.h"
 #include "shardcache/origin.grpc.pb.h"
 
 namespace shardcache::upstream {
@@ -123,26 +125,24 @@ struct GrpcSource::FetchTask {
   }
 };
 
-Status ParseGrpcTarget(const std::string& uri, GrpcSourceOptions* options) {
-  std::string rest = uri;
-  if (uri.rfind("grpcs://", 0) == 0) {
-    options->tls = true;
-    rest = uri.substr(8);
-  } else if (uri.rfind("grpc://", 0) == 0) {
-    options->tls = false;
-    rest = uri.substr(7);
-  } else if (uri.find("://") != std::string::npos) {
-    return InvalidArgument("upstream '" + uri + "' is not grpc://HOST:PORT or grpcs://HOST:PORT");
+namespace {
+
+// A target written as a URI ("grpc://h:p", "grpcs://h:p") becomes "h:p" with `tls` set from
+// its scheme; a bare "host:port" keeps `tls` as given.
+Status ResolveTarget(GrpcSourceOptions* options) {
+  if (options->target.find("://") == std::string::npos) {
+    return CheckHostPort(options->target).WithContext("upstream");
   }
-  while (!rest.empty() && rest.back() == '/') rest.pop_back();
-  const size_t colon = rest.rfind(':');
-  if (rest.empty() || colon == std::string::npos || colon + 1 == rest.size() ||
-      rest.find('/') != std::string::npos) {
-    return InvalidArgument("upstream '" + uri + "' needs HOST:PORT (e.g. grpc://origin:7443)");
+  SC_ASSIGN_OR_RETURN(UpstreamUri uri, ParseUpstreamUri(options->target));
+  if (uri.scheme == UpstreamUri::Scheme::kFile) {
+    return InvalidArgument("upstream '" + options->target + "' is not grpc://HOST:PORT or grpcs://HOST:PORT");
   }
-  options->target = rest;
+  options->target = uri.target;
+  options->tls = uri.tls();
   return Status::Ok();
 }
+
+}  // namespace
 
 GrpcSource::GrpcSource(GrpcSourceOptions options)
     : options_(std::move(options)),
@@ -156,7 +156,7 @@ GrpcSource::GrpcSource(GrpcSourceOptions options)
       health_(Where(), options_.outage_timeout) {}
 
 Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options) {
-  SC_RETURN_IF_ERROR(ParseGrpcTarget(options.target, &options));
+  SC_RETURN_IF_ERROR(ResolveTarget(&options));
   if (options.connections < 1 || options.max_connections < 1) {
     return InvalidArgument("fetch.connections and fetch.max_connections must be >= 1");
   }

@@ -19,7 +19,7 @@ inline cache::CacheOptions SmallCacheOptions(const std::string& dir, uint64_t si
   o.memory_bytes = 0;
   o.segment_bytes = 4ull << 20;
   o.index_reserve_bytes = 4ull << 20;
-  o.min_free_fraction = 0;
+  o.min_free = {0, 0};
   o.commit_interval_ms = 20;
   return o;
 }

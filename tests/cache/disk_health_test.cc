@@ -215,7 +215,7 @@ TEST_CASE("require_mount refuses a directory that is not a mount point and never
 TEST_CASE("a budget larger than the file system is fitted to it, and both figures are reported", "[cache][nvme]") {
   TempDir dir;
   auto o = SmallCacheOptions(dir / "cache", 1ull << 50);  // 1 PiB
-  o.min_free_fraction = 0.05;
+  o.min_free = {0.05, 0};
   LogCapture log;
   auto cache = OpenCache(o, SyntheticDatasetOptions(), MakeSyntheticDataset(SyntheticDatasetOptions()));
   struct statvfs vfs;

@@ -80,6 +80,10 @@ std::set<std::string> DevShm() {
 
 }  // namespace
 
+TEST_CASE("the daemon listens by default where the client connects by default", "[serve]") {
+  CHECK(serve::LocalServiceOptions{}.socket_path == std::string(shardcache::kDefaultSocketPath));
+}
+
 TEST_CASE("batches are byte-exact and every sample comes once per epoch across ranks, but for "
           "the padding that gives every rank the same batch count",
           "[serve][integration]") {

@@ -20,7 +20,7 @@ void AdminTarget::AddOptions(CLI::App* sub) {
              std::string(kDefaultConfigPath) + ")");
   sub->add_option("--metrics-addr", metrics_addr,
                   "the daemon's admin endpoint HOST:PORT (default: listen.metrics of --config, else " +
-                      std::string(kDefaultMetricsAddr) + ")");
+                      std::string(admin::kDefaultListen) + ")");
 }
 
 Result<std::string> AdminTarget::Resolve(std::string* origin) const {
@@ -41,8 +41,8 @@ Result<std::string> AdminTarget::Resolve(std::string* origin) const {
   const std::string why = c.status().message().substr(0, c.status().message().find('\n'));
   *origin = "the default address; " + why;
   if (config_given) std::fprintf(stderr, "shardctl: cannot use --config %s (%s); trying %s\n", config.c_str(),
-                                 why.c_str(), kDefaultMetricsAddr);
-  return std::string(kDefaultMetricsAddr);
+                                 why.c_str(), admin::kDefaultListen);
+  return std::string(admin::kDefaultListen);
 }
 
 Result<AdminClient> AdminClient::For(const AdminTarget& target) {

@@ -12,10 +12,10 @@
 #include <CLI/CLI.hpp>
 
 #include "common/status.h"
+#include "daemon/admin/admin_server.h"
 
 namespace shardcache::shardctl {
 
-constexpr char kDefaultMetricsAddr[] = "127.0.0.1:9750";
 constexpr char kDefaultConfigPath[] = "/etc/shardcache/shardcached.toml";
 
 // Where a running daemon's admin endpoint is: --metrics-addr when given; else listen.metrics of

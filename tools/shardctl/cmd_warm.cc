@@ -35,6 +35,7 @@
 #include "daemon/cache/cached_source.h"
 #include "daemon/upstream/file_source.h"
 #include "daemon/upstream/grpc_source.h"
+#include "daemon/upstream/upstream_uri.h"
 #include "shardcache/local.pb.h"
 #include "shardcache/local_wire.h"
 #include "tools/shardctl/command.h"
@@ -45,9 +46,10 @@ namespace {
 
 struct WarmArgs {
   std::string upstream, socket, token, token_file, ca, cert, key, bandwidth = "0";
-  std::string cache_dir, cache_size = "0", memory_size = "0", segment_size = "256MiB", eviction = "lru";
-  std::string min_free = "5%";
-  int connections = 8, max_connections = 16, parallel = 4;
+  // Empty: the cache's own default (CacheOptions), shown in --help.
+  std::string cache_dir, cache_size = "0", memory_size = "0", segment_size, eviction, min_free;
+  int connections = upstream::kDefaultConnections, max_connections = upstream::kDefaultMaxConnections;
+  int parallel = 4;
   int timeout_s = 3600;
   uint32_t range_chunks = 64;
   bool json = false;
@@ -56,12 +58,14 @@ struct WarmArgs {
 
 Result<std::unique_ptr<ChunkSource>> MakeUpstream(const WarmArgs& a, upstream::GrpcSource** grpc) {
   *grpc = nullptr;
-  if (a.upstream.rfind("file://", 0) == 0) {
-    SC_ASSIGN_OR_RETURN(auto f, upstream::FileSource::Open(a.upstream.substr(7)));
+  SC_ASSIGN_OR_RETURN(upstream::UpstreamUri uri, upstream::ParseUpstreamUri(a.upstream));
+  if (uri.scheme == upstream::UpstreamUri::Scheme::kFile) {
+    SC_ASSIGN_OR_RETURN(auto f, upstream::FileSource::Open(uri.path));
     return std::unique_ptr<ChunkSource>(std::move(f));
   }
   upstream::GrpcSourceOptions o;
-  SC_RETURN_IF_ERROR(upstream::ParseGrpcTarget(a.upstream, &o));
+  o.target = uri.target;
+  o.tls = uri.tls();
   o.ca = a.ca;
   o.cert = a.cert;
   o.key = a.key;
@@ -86,9 +90,17 @@ Result<cache::CacheOptions> MakeCacheOptions(const WarmArgs& a) {
     if (o.size_bytes == 0) return InvalidArgument("--cache-dir needs --cache-size > 0");
   }
   SC_ASSIGN_OR_RETURN(o.memory_bytes, ParseBytes(a.memory_size));
-  SC_ASSIGN_OR_RETURN(o.segment_bytes, ParseBytes(a.segment_size));
-  SC_ASSIGN_OR_RETURN(o.eviction, cache::ParseEvictionPolicy(a.eviction));
-  SC_RETURN_IF_ERROR(cache::ParseMinFree(a.min_free, &o));
+  if (!a.segment_size.empty()) {
+    SC_ASSIGN_OR_RETURN(o.segment_bytes, ParseBytes(a.segment_size));
+  }
+  if (!a.eviction.empty()) {
+    SC_ASSIGN_OR_RETURN(o.eviction, cache::ParseEvictionPolicy(a.eviction));
+  }
+  if (!a.min_free.empty()) {
+    auto min_free = cache::ParseMinFree(a.min_free);
+    if (!min_free.ok()) return min_free.status().WithContext("--min-free");
+    o.min_free = *min_free;
+  }
   o.max_fetch_run_chunks = a.range_chunks;
   SC_RETURN_IF_ERROR(o.Validate());
   return o;
@@ -376,9 +388,13 @@ const CommandRegistration kWarm(
       sub->add_option("--cache-dir", a->cache_dir, "Cache directory to fill (omit: fetch and verify only)");
       sub->add_option("--cache-size", a->cache_size, "Cache budget, e.g. 800GiB")->capture_default_str();
       sub->add_option("--memory-size", a->memory_size, "DRAM tier budget")->capture_default_str();
-      sub->add_option("--segment-size", a->segment_size, "NVMe segment size")->capture_default_str();
-      sub->add_option("--eviction", a->eviction, "lru | static | clairvoyant")->capture_default_str();
-      sub->add_option("--min-free", a->min_free, "Free-space floor, e.g. 5% or 10GiB")->capture_default_str();
+      const cache::CacheOptions defaults;
+      sub->add_option("--segment-size", a->segment_size, "NVMe segment size")
+          ->default_str(FormatBytes(defaults.segment_bytes));
+      sub->add_option("--eviction", a->eviction, "lru | static | clairvoyant")
+          ->default_str(cache::EvictionPolicyName(defaults.eviction));
+      sub->add_option("--min-free", a->min_free, "Free-space floor, e.g. 5% or 10GiB")
+          ->default_str(std::to_string(static_cast<int>(defaults.min_free.fraction * 100)) + "%");
       sub->add_option("--token", a->token, "Bearer token");
       sub->add_option("--token-file", a->token_file, "File holding the bearer token");
       sub->add_option("--ca", a->ca, "PEM CA bundle for grpcs://");
