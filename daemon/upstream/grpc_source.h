@@ -55,7 +55,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/mutex.h"
+#include "common/stats.h"
 #include "daemon/source/chunk_key.h"
 #include "daemon/source/chunk_source.h"
 #include "daemon/upstream/single_flight.h"
@@ -122,7 +124,7 @@ struct GrpcSourceOptions {
 // Parses "grpc://h:p" / "grpcs://h:p" / "h:p" into options.target + options.tls.
 Status ParseGrpcTarget(const std::string& uri, GrpcSourceOptions* options);
 
-class GrpcSource final : public ChunkSource {
+class GrpcSource final : public ChunkSource, public stats::Source {
  public:
   // Reads the certificate files; InvalidArgument / NotFound naming a bad option or file.
   // Does not connect: connections are made on first use.
@@ -154,6 +156,8 @@ class GrpcSource final : public ChunkSource {
     double goodput_bytes_per_s = 0;  // last measured
   };
   Stats stats() const;
+  // The counters of stats(), for /metrics (shardcache_upstream_*_total).
+  void VisitStats(const stats::Visitor& visit) const override;
 
  private:
   struct Connection;
@@ -232,6 +236,7 @@ class GrpcSource final : public ChunkSource {
 
   std::atomic<uint64_t> wire_bytes_{0}, payload_bytes_{0}, chunks_{0}, streams_{0}, retries_{0},
       checksum_failures_{0};
+  metrics::SourceHandle stats_source_;  // reset first thing in the destructor
 };
 
 }  // namespace shardcache::upstream
