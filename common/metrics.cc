@@ -148,13 +148,14 @@ struct Reported {
   stats::Kind kind;
   uint64_t count;
   double value;
+  double unit;
 };
 
 std::vector<Reported> Visit(const stats::Source& source) {
   std::vector<Reported> out;
   source.VisitStats([&](const stats::Stat& s) {
     out.push_back(Reported{std::string(s.name), std::string(s.help), s.labels ? RenderLabels(*s.labels) : "",
-                           s.kind, s.count, s.value});
+                           s.kind, s.count, s.value, s.unit});
   });
   return out;
 }
@@ -168,7 +169,7 @@ SourceHandle Registry::AddSource(const stats::Source* source) {
     MutexLock lock(&mu_);
     for (const auto& f : figures) {
       if (f.kind == stats::Kind::kCounter) {
-        auto& slot = FamilyFor(f.name, f.help, Kind::kCounter).counters[f.labels];
+        auto& slot = FamilyFor(f.name, f.help, Kind::kCounter, f.unit).counters[f.labels];
         if (!slot) slot = std::make_unique<Counter>();
       } else {
         auto& slot = FamilyFor(f.name, f.help, Kind::kGauge).gauges[f.labels];
@@ -187,7 +188,7 @@ void Registry::RemoveSource(const stats::Source* source) {
   MutexLock lock(&mu_);
   for (const auto& f : figures) {
     if (f.kind != stats::Kind::kCounter) continue;
-    auto& slot = FamilyFor(f.name, f.help, Kind::kCounter).counters[f.labels];
+    auto& slot = FamilyFor(f.name, f.help, Kind::kCounter, f.unit).counters[f.labels];
     if (!slot) slot = std::make_unique<Counter>();
     slot->Add(f.count);  // the series keeps what the source counted
   }

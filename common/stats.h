@@ -9,7 +9,7 @@
 // never an atomic of the component plus a Registry counter bumped side by side.
 //
 // Contract for VisitStats: it reports the same series (name + labels) on every call, counters
-// in integer counts (exposed unit 1) and gauges as they are now; it is called from the
+// in integer counts (of their unit) and gauges as they are now; it is called from the
 // /metrics thread at any time, so it reads atomics or takes only the component's own leaf
 // locks (never one held while registering metrics or adding a source).
 #pragma once
@@ -42,6 +42,7 @@ struct Stat {
   const Labels* labels = nullptr;  // null: none
   uint64_t count = 0;              // kCounter
   double value = 0;                // kGauge
+  double unit = 1;                 // kCounter: exposed value = count x unit (metrics.h)
 };
 
 using Visitor = std::function<void(const Stat&)>;
@@ -49,6 +50,11 @@ using Visitor = std::function<void(const Stat&)>;
 // Shorthands for VisitStats implementations.
 inline void Counter(const Visitor& visit, const Family& family, uint64_t count, const Labels* labels = nullptr) {
   visit(Stat{family.name, family.help, Kind::kCounter, labels, count, 0});
+}
+// A counter kept in integer multiples of `unit` (1e-6: microseconds), exposed in its base unit.
+inline void ScaledCounter(const Visitor& visit, const Family& family, uint64_t count, double unit,
+                          const Labels* labels = nullptr) {
+  visit(Stat{family.name, family.help, Kind::kCounter, labels, count, 0, unit});
 }
 inline void Gauge(const Visitor& visit, const Family& family, double value, const Labels* labels = nullptr) {
   visit(Stat{family.name, family.help, Kind::kGauge, labels, 0, value});

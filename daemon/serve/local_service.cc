@@ -700,12 +700,13 @@ uint32_t LocalService::slots_in_use() const {
 
 nlohmann::json LocalService::Stats() const {
   const ServeMetrics& m = ServeMetrics::Get();
+  const DeliveredTotals delivered = SumDelivered();
   return {{"connections", connection_count()},
           {"loaders", loader_count()},
           {"slots_in_use", slots_in_use()},
-          {"batches", m.batches->Value()},
-          {"bytes", m.bytes->Value()},
-          {"stall_us", m.stall_us->Value()},
+          {"batches", delivered.batches},
+          {"bytes", delivered.bytes},
+          {"stall_us", delivered.stall_us},
           {"chunk_reads", m.chunk_reads->Value()},
           {"warm_reads", m.warm_reads->Value()},
           {"refused", m.refused_connections->Value()},
