@@ -1,9 +1,11 @@
 #include "common/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace shardcache::metrics {
 namespace {
@@ -123,23 +125,116 @@ Histogram* Registry::GetHistogram(const std::string& name, const std::string& he
   return slot.get();
 }
 
+SourceHandle& SourceHandle::operator=(SourceHandle&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    registry_ = std::exchange(o.registry_, nullptr);
+    source_ = std::exchange(o.source_, nullptr);
+  }
+  return *this;
+}
+
+void SourceHandle::Reset() {
+  if (registry_ != nullptr && source_ != nullptr) registry_->RemoveSource(source_);
+  registry_ = nullptr;
+  source_ = nullptr;
+}
+
+namespace {
+
+// One figure a source reported, copied out of the visit.
+struct Reported {
+  std::string name, help, labels;  // labels: rendered
+  stats::Kind kind;
+  uint64_t count;
+  double value;
+  double unit;
+};
+
+std::vector<Reported> Visit(const stats::Source& source) {
+  std::vector<Reported> out;
+  source.VisitStats([&](const stats::Stat& s) {
+    out.push_back(Reported{std::string(s.name), std::string(s.help), s.labels ? RenderLabels(*s.labels) : "",
+                           s.kind, s.count, s.value, s.unit});
+  });
+  return out;
+}
+
+}  // namespace
+
+SourceHandle Registry::AddSource(const stats::Source* source) {
+  MutexLock sources(&sources_mu_);
+  const std::vector<Reported> figures = Visit(*source);
+  {
+    MutexLock lock(&mu_);
+    for (const auto& f : figures) {
+      if (f.kind == stats::Kind::kCounter) {
+        auto& slot = FamilyFor(f.name, f.help, Kind::kCounter, f.unit).counters[f.labels];
+        if (!slot) slot = std::make_unique<Counter>();
+      } else {
+        auto& slot = FamilyFor(f.name, f.help, Kind::kGauge).gauges[f.labels];
+        if (!slot) slot = std::make_unique<Gauge>();
+      }
+    }
+  }
+  sources_.push_back(source);
+  return SourceHandle(this, source);
+}
+
+void Registry::RemoveSource(const stats::Source* source) {
+  MutexLock sources(&sources_mu_);
+  sources_.erase(std::remove(sources_.begin(), sources_.end(), source), sources_.end());
+  const std::vector<Reported> figures = Visit(*source);
+  MutexLock lock(&mu_);
+  for (const auto& f : figures) {
+    if (f.kind != stats::Kind::kCounter) continue;
+    auto& slot = FamilyFor(f.name, f.help, Kind::kCounter, f.unit).counters[f.labels];
+    if (!slot) slot = std::make_unique<Counter>();
+    slot->Add(f.count);  // the series keeps what the source counted
+  }
+}
+
+Registry::Overlay Registry::VisitSources() const {
+  Overlay overlay;
+  for (const stats::Source* source : sources_) {
+    for (const auto& f : Visit(*source)) {
+      auto& sum = overlay[f.name][f.labels];
+      sum.first += f.count;
+      sum.second += f.value;
+    }
+  }
+  return overlay;
+}
+
 std::string Registry::RenderPrometheus() const {
+  MutexLock sources(&sources_mu_);
+  const Overlay overlay = VisitSources();
+  const std::pair<uint64_t, double> none{0, 0};
   MutexLock lock(&mu_);
   std::ostringstream out;
   for (const auto& [name, f] : families_) {
+    const auto ov_family = overlay.find(name);
+    auto live = [&](const std::string& labels) -> const std::pair<uint64_t, double>& {
+      if (ov_family == overlay.end()) return none;
+      const auto it = ov_family->second.find(labels);
+      return it == ov_family->second.end() ? none : it->second;
+    };
     out << "# HELP " << name << ' ' << f.help << '\n';
     switch (f.kind) {
       case Kind::kCounter:
         out << "# TYPE " << name << " counter\n";
         for (const auto& [l, c] : f.counters) {
+          const uint64_t v = c->Value() + live(l).first;
           out << name << l << ' ';
-          if (f.unit == 1) out << c->Value() << '\n';
-          else out << FormatDouble(static_cast<double>(c->Value()) * f.unit) << '\n';
+          if (f.unit == 1) out << v << '\n';
+          else out << FormatDouble(static_cast<double>(v) * f.unit) << '\n';
         }
         break;
       case Kind::kGauge:
         out << "# TYPE " << name << " gauge\n";
-        for (const auto& [l, g] : f.gauges) out << name << l << ' ' << FormatDouble(g->Value()) << '\n';
+        for (const auto& [l, g] : f.gauges) {
+          out << name << l << ' ' << FormatDouble(g->Value() + live(l).second) << '\n';
+        }
         break;
       case Kind::kHistogram: {
         out << "# TYPE " << name << " histogram\n";
@@ -169,14 +264,20 @@ std::string Registry::RenderPrometheus() const {
 }
 
 double Registry::ValueOf(const std::string& name, const Labels& labels) const {
+  MutexLock sources(&sources_mu_);
+  const Overlay overlay = VisitSources();
   MutexLock lock(&mu_);
   auto it = families_.find(name);
   if (it == families_.end()) return -1;
   const std::string key = RenderLabels(labels);
-  if (auto c = it->second.counters.find(key); c != it->second.counters.end()) {
-    return static_cast<double>(c->second->Value()) * it->second.unit;
+  std::pair<uint64_t, double> live{0, 0};
+  if (auto o = overlay.find(name); o != overlay.end()) {
+    if (auto l = o->second.find(key); l != o->second.end()) live = l->second;
   }
-  if (auto g = it->second.gauges.find(key); g != it->second.gauges.end()) return g->second->Value();
+  if (auto c = it->second.counters.find(key); c != it->second.counters.end()) {
+    return static_cast<double>(c->second->Value() + live.first) * it->second.unit;
+  }
+  if (auto g = it->second.gauges.find(key); g != it->second.gauges.end()) return g->second->Value() + live.second;
   return -1;
 }
 

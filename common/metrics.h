@@ -1,9 +1,16 @@
-// Process-wide metrics: counters, gauges and histograms that every component registers once
-// and updates on its hot paths with relaxed atomics, rendered in the Prometheus text format.
+// Process-wide metrics, rendered in the Prometheus text format. A figure reaches it one of two
+// ways, never both for one event:
+//   - a component that keeps per-instance figures (its Stats()) owns them and adds itself as a
+//     stats::Source (common/stats.h): the registry visits it at every render;
+//   - a figure no component keeps (a process-wide event, a histogram) is a Counter, Gauge or
+//     Histogram registered here once and updated on hot paths with relaxed atomics.
+// Either way a family is registered through this class, with its name, HELP and kind.
 //
 // Thread safety: registration takes the registry's mutex; updates are lock-free (counters and
 // gauges) or take only the histogram's atomics. Metric objects live as long as the registry
-// (the process, for Global()), so components keep plain pointers to them.
+// (the process, for Global()), so components keep plain pointers to them. Lock order:
+// sources_mu_ (held while visiting sources, so a source cannot leave mid-render) → a source's
+// own locks → mu_.
 #pragma once
 
 #include <atomic>
@@ -11,13 +18,34 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/stats.h"
 
 namespace shardcache::metrics {
 
-using Labels = std::vector<std::pair<std::string, std::string>>;
+using Labels = stats::Labels;
+
+class Registry;
+
+// Keeps a stats::Source in its registry's renderings while it lives (Registry::AddSource).
+class SourceHandle {
+ public:
+  SourceHandle() = default;
+  SourceHandle(Registry* registry, const stats::Source* source) : registry_(registry), source_(source) {}
+  SourceHandle(SourceHandle&& o) noexcept { *this = std::move(o); }
+  SourceHandle& operator=(SourceHandle&& o) noexcept;
+  SourceHandle(const SourceHandle&) = delete;
+  SourceHandle& operator=(const SourceHandle&) = delete;
+  ~SourceHandle() { Reset(); }
+  void Reset();  // removes the source now
+
+ private:
+  Registry* registry_ = nullptr;
+  const stats::Source* source_ = nullptr;
+};
 
 class Counter {
  public:
@@ -82,6 +110,12 @@ class Registry {
   Gauge* GetGauge(const std::string& name, const std::string& help, const Labels& labels = {});
   Histogram* GetHistogram(const std::string& name, const std::string& help,
                           std::vector<double> bounds, const Labels& labels = {});
+  // Renders `source`'s figures (common/stats.h) with this registry's own until the handle is
+  // reset or destroyed; the source must outlive the handle. Its families and series exist (at
+  // zero) from this call on. When it leaves, its counters' last values stay in their series, so
+  // that process-wide counters never go down (several instances in one process, in tests, add
+  // up while they live and after); its gauges leave with it.
+  [[nodiscard]] SourceHandle AddSource(const stats::Source* source);
   // Prometheus text exposition format 0.0.4.
   std::string RenderPrometheus() const;
   // Value of a counter (in its exposed unit) or gauge by name and labels, for tests and
@@ -100,10 +134,17 @@ class Registry {
     std::map<std::string, std::unique_ptr<Gauge>> gauges;
     std::map<std::string, std::unique_ptr<Histogram>> histograms;
   };
+  // Sums of the live sources' figures: family name → rendered labels → (count, gauge value).
+  using Overlay = std::map<std::string, std::map<std::string, std::pair<uint64_t, double>>>;
+  friend class SourceHandle;
+  void RemoveSource(const stats::Source* source);
+  Overlay VisitSources() const REQUIRES(sources_mu_);
   Family& FamilyFor(const std::string& name, const std::string& help, Kind kind, double unit = 1)
       REQUIRES(mu_);
 
-  mutable Mutex mu_;
+  mutable Mutex sources_mu_;
+  std::vector<const stats::Source*> sources_ GUARDED_BY(sources_mu_);
+  mutable Mutex mu_ ACQUIRED_AFTER(sources_mu_);
   std::map<std::string, Family> families_ GUARDED_BY(mu_);
 };
 

@@ -58,9 +58,6 @@ Status Daemon::StartAdmin() {
   h.ready = [this] { return Readiness(); };
   // The main loop stops the daemon on SIGTERM (main.cc): a drain is that stop, asked over HTTP.
   h.drain = [] { ::kill(::getpid(), SIGTERM); };
-  h.refresh_gauges = [this] {
-    if (ready() && parts_->cache) (void)parts_->cache->Stats();  // sets the tier gauges
-  };
   admin_ = std::make_unique<admin::AdminServer>(o, std::move(h));
   return admin_->Start();
 }
@@ -349,7 +346,7 @@ std::string Daemon::StatusJson() const {
     j["upstream"]["last_error"] = h.last_error;
   }
   if (is_ready && parts_->local) {
-    j["clients"] = nlohmann::json::parse(parts_->local->StatsJson(), nullptr, false);
+    j["clients"] = parts_->local->Stats();
   }
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }

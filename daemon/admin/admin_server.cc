@@ -71,7 +71,6 @@ void AdminServer::Route() {
     requests->Add();
     process_metrics_.Update();
     if (nvml_) nvml_->Update();
-    if (handlers_.refresh_gauges) handlers_.refresh_gauges();
     res.set_content(metrics::Registry::Global().RenderPrometheus(), "text/plain; version=0.0.4; charset=utf-8");
   });
   s.Get("/status", [this](const httplib::Request&, httplib::Response& res) {

@@ -67,9 +67,6 @@ struct AdminHandlers {
   std::function<Status(const std::string& dataset)> evict;   // required
   std::function<Readiness()> ready;                          // required
   std::function<void()> drain;                               // required; must not block
-  // Brings gauges that are computed, not counted (tier usage), up to date before /metrics is
-  // rendered. Optional.
-  std::function<void()> refresh_gauges;
 };
 
 class AdminServer {

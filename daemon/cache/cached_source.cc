@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/log.h"
@@ -40,11 +41,10 @@ Result<std::unique_ptr<CachedSource>> CachedSource::Open(const CacheOptions& opt
   if (options.size_bytes > 0) {
     SC_ASSIGN_OR_RETURN(src->store_, NvmeStore::Open(options, &src->plan_));
   }
-  const auto& m = CacheMetrics::Get();
+  CacheMetrics::Get();  // every family of the cache exists from here on
+  src->stats_source_ = metrics::Registry::Global().AddSource(src.get());
   // The NVMe budget in effect: cache.size fitted to the file system (cache_dir.h).
   const uint64_t nvme_bytes = src->store_ ? src->store_->Stats().size_bytes : 0;
-  m.nvme_budget_bytes->Set(static_cast<double>(nvme_bytes));
-  m.dram_budget_bytes->Set(static_cast<double>(options.memory_bytes));
   spdlog::info("cache: ready (nvme {} in {}, dram {}, eviction {})", FormatBytes(nvme_bytes),
                options.size_bytes ? options.dir : std::string("-"), FormatBytes(options.memory_bytes),
                EvictionPolicyName(options.eviction));
@@ -145,25 +145,18 @@ ChunkPtr CachedSource::FindCached(const ChunkKey& key, uint64_t length, const Ha
 }
 
 void CachedSource::Account(Tier tier, uint64_t bytes) {
-  const auto& m = CacheMetrics::Get();
   switch (tier) {
     case Tier::kDram:
       served_dram_.fetch_add(bytes, std::memory_order_relaxed);
       hits_dram_.fetch_add(1, std::memory_order_relaxed);
-      m.bytes_dram->Add(bytes);
-      m.hits_dram->Add();
       break;
     case Tier::kNvme:
       served_nvme_.fetch_add(bytes, std::memory_order_relaxed);
       hits_nvme_.fetch_add(1, std::memory_order_relaxed);
-      m.bytes_nvme->Add(bytes);
-      m.hits_nvme->Add();
       break;
     case Tier::kUpstream:
       served_upstream_.fetch_add(bytes, std::memory_order_relaxed);
       misses_.fetch_add(1, std::memory_order_relaxed);
-      m.bytes_upstream->Add(bytes);
-      m.misses->Add();
       break;
     case Tier::kNone: break;
   }
@@ -254,7 +247,6 @@ Status CachedSource::FetchRun(const DatasetPtr& dataset, uint32_t shard, uint64_
         if (store_) store_->Insert(slot.key, chunk, options.deadline);
         run[k].Publish(Result<ChunkPtr>(chunk));
         fetched_.fetch_add(1, std::memory_order_relaxed);
-        CacheMetrics::Get().upstream_fetches->Add();
         ++delivered;
         Account(Tier::kUpstream, chunk->bytes.size());
         if (demand) plan_.OnDemandRead(slot.key);
@@ -453,7 +445,6 @@ Status CachedSource::SetSizeBytes(uint64_t size_bytes) {
 
 void CachedSource::SetMemoryBytes(uint64_t memory_bytes) {
   dram_.SetBudget(memory_bytes);
-  CacheMetrics::Get().dram_budget_bytes->Set(static_cast<double>(memory_bytes));
 }
 
 Status CachedSource::Evict(const std::string& dataset) {
@@ -502,28 +493,40 @@ CacheStats CachedSource::Stats() const {
   st.upstream_fetched_chunks = fetched_.load();
   st.upstream_calls = upstream_calls_.load();
   st.joined_flights = joined_.load();
-  const auto& m = CacheMetrics::Get();
-  m.dram_used_bytes->Set(static_cast<double>(st.dram_used_bytes));
-  m.nvme_used_bytes->Set(static_cast<double>(st.nvme.segment_allocated_bytes + st.nvme.index_bytes));
-  m.index_memory_bytes->Set(static_cast<double>(st.nvme.index_memory_bytes));
   return st;
 }
 
+void CachedSource::VisitStats(const stats::Visitor& visit) const {
+  static const stats::Labels kDram{{"tier", "dram"}}, kNvme{{"tier", "nvme"}}, kUpstream{{"tier", "upstream"}};
+  stats::Counter(visit, kServedBytes, served_dram_.load(), &kDram);
+  stats::Counter(visit, kServedBytes, served_nvme_.load(), &kNvme);
+  stats::Counter(visit, kServedBytes, served_upstream_.load(), &kUpstream);
+  stats::Counter(visit, kHits, hits_dram_.load(), &kDram);
+  stats::Counter(visit, kHits, hits_nvme_.load(), &kNvme);
+  stats::Counter(visit, kMisses, misses_.load());
+  stats::Counter(visit, kUpstreamFetches, fetched_.load());
+  stats::Gauge(visit, kDramUsed, static_cast<double>(dram_.used_bytes()));
+  stats::Gauge(visit, kDramBudget, static_cast<double>(dram_.budget_bytes()));
+}
+
 std::string CacheStats::ToJson() const {
-  return fmt::format(
-      "{{\"dram_used_bytes\":{},\"dram_budget_bytes\":{},\"dram_entries\":{},\"nvme_enabled\":{},"
-      "\"nvme_budget_bytes\":{},\"nvme_segment_bytes\":{},\"nvme_segments\":{},\"nvme_allocated_bytes\":{},"
-      "\"nvme_index_bytes\":{},\"nvme_entries\":{},\"nvme_queued_bytes\":{},\"nvme_written_bytes\":{},"
-      "\"evicted_segments\":{},\"checksum_failures\":{},\"enospc_passthrough\":{},\"admission_declined\":{},"
-      "\"eviction\":\"{}\",\"io_uring\":{},"
-      "\"served_dram_bytes\":{},\"served_nvme_bytes\":{},\"served_upstream_bytes\":{},"
-      "\"hits_dram\":{},\"hits_nvme\":{},\"misses\":{},\"upstream_fetched_chunks\":{},\"upstream_calls\":{},"
-      "\"joined_flights\":{}}}",
-      dram_used_bytes, dram_budget_bytes, dram_entries, nvme_enabled, nvme.size_bytes, nvme.segment_bytes,
-      nvme.segments, nvme.segment_allocated_bytes, nvme.index_bytes, nvme.entries, nvme.queued_bytes,
-      nvme.written_bytes, nvme.evicted_segments, nvme.checksum_failures, nvme.enospc_passthrough,
-      nvme.admission_declined, nvme.policy, nvme.io_uring, served_dram_bytes, served_nvme_bytes,
-      served_upstream_bytes, hits_dram, hits_nvme, misses, upstream_fetched_chunks, upstream_calls, joined_flights);
+  // ordered_json: the keys in this order, as `shardctl warm` and the epoch traces print them.
+  const nlohmann::ordered_json j = {
+      {"dram_used_bytes", dram_used_bytes}, {"dram_budget_bytes", dram_budget_bytes},
+      {"dram_entries", dram_entries}, {"nvme_enabled", nvme_enabled},
+      {"nvme_budget_bytes", nvme.size_bytes}, {"nvme_segment_bytes", nvme.segment_bytes},
+      {"nvme_segments", nvme.segments}, {"nvme_allocated_bytes", nvme.segment_allocated_bytes},
+      {"nvme_index_bytes", nvme.index_bytes}, {"nvme_entries", nvme.entries},
+      {"nvme_queued_bytes", nvme.queued_bytes}, {"nvme_written_bytes", nvme.written_bytes},
+      {"evicted_segments", nvme.evicted_segments}, {"checksum_failures", nvme.checksum_failures},
+      {"enospc_passthrough", nvme.enospc_passthrough}, {"admission_declined", nvme.admission_declined},
+      {"eviction", nvme.policy}, {"io_uring", nvme.io_uring},
+      {"served_dram_bytes", served_dram_bytes}, {"served_nvme_bytes", served_nvme_bytes},
+      {"served_upstream_bytes", served_upstream_bytes}, {"hits_dram", hits_dram},
+      {"hits_nvme", hits_nvme}, {"misses", misses},
+      {"upstream_fetched_chunks", upstream_fetched_chunks}, {"upstream_calls", upstream_calls},
+      {"joined_flights", joined_flights}};
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace shardcache::cache

@@ -29,7 +29,9 @@
 #include <memory>
 #include <string>
 
+#include "common/metrics.h"
 #include "common/mutex.h"
+#include "common/stats.h"
 #include "daemon/cache/access_plan.h"
 #include "daemon/cache/cache_options.h"
 #include "daemon/source/chunk_key.h"
@@ -60,7 +62,7 @@ struct CacheStats {
   std::string ToJson() const;
 };
 
-class CachedSource final : public ChunkSource {
+class CachedSource final : public ChunkSource, public stats::Source {
  public:
   // Validates options, opens and recovers the NVMe tier (when size_bytes > 0) before returning.
   static Result<std::unique_ptr<CachedSource>> Open(const CacheOptions& options,
@@ -104,6 +106,9 @@ class CachedSource final : public ChunkSource {
   }
 
   CacheStats Stats() const;
+  // The served/hit/miss counters and the DRAM tier's gauges, for /metrics (cache_metrics.h);
+  // the NVMe tier reports its own.
+  void VisitStats(const stats::Visitor& visit) const override;
   // Why the NVMe tier's disk is failing (disk_health.h); "" when it is not, or there is none.
   std::string disk_problem() const { return store_ ? store_->disk_problem() : std::string(); }
   ChunkSource& upstream() { return *upstream_; }
@@ -147,6 +152,7 @@ class CachedSource final : public ChunkSource {
 
   std::atomic<uint64_t> served_dram_{0}, served_nvme_{0}, served_upstream_{0}, hits_dram_{0},
       hits_nvme_{0}, misses_{0}, fetched_{0}, upstream_calls_{0}, joined_{0};
+  metrics::SourceHandle stats_source_;  // last: leaves the Registry before the figures above go
 };
 
 }  // namespace shardcache::cache

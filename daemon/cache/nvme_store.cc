@@ -139,10 +139,13 @@ Result<std::unique_ptr<NvmeStore>> NvmeStore::Open(const CacheOptions& requested
   store->io_uring_ = IoReader::UsingIoUring(options.use_io_uring);
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   store->EnforceLimits();
+  CacheMetrics::Get();  // every family of the cache exists from here on
+  store->stats_source_ = metrics::Registry::Global().AddSource(store.get());
   return store;
 }
 
 NvmeStore::~NvmeStore() {
+  stats_source_.Reset();  // its last counts stay in the Registry's series
   {
     MutexLock lock(&mu_);
     stop_ = true;
@@ -331,7 +334,6 @@ std::vector<ChunkPtr> NvmeStore::Lookup(std::span<const NvmeLookup> requests) {
     const Hash128 got = HashBytes(j.buf.data(), j.buf.size());
     if (j.loc.length != want.length || got != want.hash) {
       checksum_failures_.fetch_add(1, std::memory_order_relaxed);
-      m.checksum_failures->Add();
       SC_LOG_RATE_LIMITED(spdlog::level::err,
                           "cache: chunk {} at {} offset {} failed verification (length {} want {}, "
                           "hash {} want {}); dropped, will refetch",
@@ -439,7 +441,6 @@ std::vector<bool> NvmeStore::ReadPieces(std::span<const NvmePiece> pieces) {
         // Several pieces of one corrupt chunk in one call: the chunk is counted and logged once.
         if (DropEntry(j.fp, j.loc)) {
           checksum_failures_.fetch_add(1, std::memory_order_relaxed);
-          m.checksum_failures->Add();
           SC_LOG_RATE_LIMITED(spdlog::level::err,
                               "cache: chunk {} at {} offset {} failed verification ({}); dropped, will refetch",
                               p.key.ToString(), j.file->path(), j.loc.offset, bad);
@@ -633,8 +634,6 @@ std::shared_ptr<SegmentFile> NvmeStore::EvictLocked(uint32_t id) {
   segments_.erase(it);
   if (open_segment_ == id) open_segment_ = 0;
   evicted_segments_.fetch_add(1, std::memory_order_relaxed);
-  CacheMetrics::Get().evicted_segments->Add();
-  CacheMetrics::Get().evicted_bytes->Add(options_.segment_bytes);
   return file;
 }
 
@@ -689,7 +688,6 @@ Result<std::shared_ptr<SegmentFile>> NvmeStore::CreateSegment(uint32_t id) {
 
 void NvmeStore::PassThroughNoSpace(const std::string& what) {
   enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
-  CacheMetrics::Get().enospc_passthrough->Add();
   health_->ReportNoSpace(what);
 }
 
@@ -711,7 +709,6 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
     }
     if (Clock::now() < enospc_backoff_until_) {
       enospc_passthrough_.fetch_add(1, std::memory_order_relaxed);
-      CacheMetrics::Get().enospc_passthrough->Add();
       return false;
     }
     room = MakeRoomLocked(measured, headroom, fp, &victims);
@@ -725,7 +722,6 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
   }
   if (room == Room::kDeclined) {
     admission_declined_.fetch_add(1, std::memory_order_relaxed);
-    CacheMetrics::Get().admission_declined->Add();
     return false;
   }
   auto file = CreateSegment(id);
@@ -801,7 +797,6 @@ void NvmeStore::WriteGroup(Group& g) {
     }
     if (w.code() == StatusCode::kResourceExhausted) {
       enospc_passthrough_.fetch_add(g.items.size(), std::memory_order_relaxed);
-      CacheMetrics::Get().enospc_passthrough->Add(g.items.size());
       health_->ReportNoSpace("writing " + std::to_string(g.items.size()) + " chunks to " + g.file->path());
     } else {
       health_->ReportIoError(w.WithContext("storing " + std::to_string(g.items.size()) + " chunks"));
@@ -812,7 +807,6 @@ void NvmeStore::WriteGroup(Group& g) {
   uint64_t bytes = 0;
   for (const auto& p : g.items) bytes += p.extent;
   written_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  CacheMetrics::Get().written_bytes->Add(bytes);
   if (it == segments_.end()) {  // evicted meanwhile (budget shrunk to nothing)
     g.items.clear();
     return;
@@ -876,7 +870,6 @@ void NvmeStore::StoreBatch(std::vector<QueueItem>& items) {
     const bool at_budget = AllocatedBytes(segments_.size() + 1, measured_index_bytes_) > size_bytes_;
     if (at_budget && !policy_->AdmitIntoFreedSpace(fp)) {
       admission_declined_.fetch_add(1, std::memory_order_relaxed);
-      CacheMetrics::Get().admission_declined->Add();
       continue;
     }
     auto& s = segments_[open_segment_];
@@ -970,7 +963,6 @@ void NvmeStore::SetSizeBytes(uint64_t size_bytes) {
     size_bytes_ = fitted;
     configured_size_bytes_ = size_bytes;
   }
-  CacheMetrics::Get().nvme_budget_bytes->Set(static_cast<double>(fitted));
   EnforceLimits();
 }
 
@@ -1007,6 +999,27 @@ Status NvmeStore::EvictVersion(const Hash128& version) {
   SC_RETURN_IF_ERROR(db_->DropEntries(drop));
   DropFiles(victims);
   return Status::Ok();
+}
+
+void NvmeStore::VisitStats(const stats::Visitor& visit) const {
+  uint64_t size_bytes, segments, index_bytes;
+  {
+    MutexLock lock(&mu_);
+    size_bytes = size_bytes_;
+    segments = segments_.size();
+    index_bytes = measured_index_bytes_;
+  }
+  const uint64_t evicted = evicted_segments_.load();
+  stats::Counter(visit, kEvictedSegments, evicted);
+  stats::Counter(visit, kEvictedBytes, evicted * options_.segment_bytes);
+  stats::Counter(visit, kChecksumFailures, checksum_failures_.load());
+  stats::Counter(visit, kEnospcPassthrough, enospc_passthrough_.load());
+  stats::Counter(visit, kAdmissionDeclined, admission_declined_.load());
+  stats::Counter(visit, kWrittenBytes, written_bytes_.load());
+  const uint64_t used_bytes = segments * options_.segment_bytes + index_bytes;
+  stats::Gauge(visit, kNvmeUsed, static_cast<double>(used_bytes));
+  stats::Gauge(visit, kNvmeBudget, static_cast<double>(size_bytes));
+  stats::Gauge(visit, kIndexMemory, static_cast<double>(db_->MemoryBytes()));
 }
 
 NvmeStats NvmeStore::Stats() const {

@@ -66,7 +66,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/mutex.h"
+#include "common/stats.h"
 #include "daemon/cache/access_plan.h"
 #include "daemon/cache/cache_options.h"
 #include "daemon/source/chunk_key.h"
@@ -129,7 +131,7 @@ struct NvmeStats {
   std::string disk_problem;         // why the disk is failing (disk_health.h); "" when healthy
 };
 
-class NvmeStore {
+class NvmeStore final : public stats::Source {
  public:
   // Opens or creates the tier in options.dir and recovers it (see above) before returning. An
   // index that cannot be read (corrupt, another format, an I/O error) is moved aside to
@@ -167,6 +169,9 @@ class NvmeStore {
   Status EvictVersion(const Hash128& version);
 
   NvmeStats Stats() const;
+  // Evictions, writes, checksum failures, declined admissions and the tier's gauges, for
+  // /metrics (cache_metrics.h).
+  void VisitStats(const stats::Visitor& visit) const override;
   // Why the disk is failing (disk_health.h); "" while it is healthy.
   std::string disk_problem() const { return health_->problem(); }
   const RecoveryStats& recovery() const { return recovery_; }
@@ -294,6 +299,7 @@ class NvmeStore {
       checksum_failures_{0}, enospc_passthrough_{0}, admission_declined_{0}, queue_full_dropped_{0};
   bool io_uring_ = false;
   std::thread writer_;
+  metrics::SourceHandle stats_source_;  // reset first thing in the destructor
 };
 
 }  // namespace shardcache::cache

@@ -210,9 +210,7 @@ void LoaderPipeline::OnReleased() {
 }
 
 void LoaderPipeline::CountDelivered(const Delivered& d) {
-  const ServeMetrics& m = ServeMetrics::Get();
-  m.batches->Add();
-  m.bytes->Add(d.batch.payload_bytes);
+  // Once, in the pair's series: the node's totals are their sums (serve_metrics.h).
   series_.batches->Add();
   series_.bytes->Add(d.batch.payload_bytes);
 }
@@ -220,7 +218,6 @@ void LoaderPipeline::CountDelivered(const Delivered& d) {
 void LoaderPipeline::CountWait(uint64_t wait_us) {
   const ServeMetrics& m = ServeMetrics::Get();
   m.next_wait_seconds->Observe(wait_us / 1e6);
-  m.stall_us->Add(wait_us);
   series_.stall_us->Add(wait_us);
 }
 

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/malloc_tuning.h"
@@ -697,18 +698,21 @@ uint32_t LocalService::slots_in_use() const {
   return n;
 }
 
-std::string LocalService::StatsJson() const {
+nlohmann::json LocalService::Stats() const {
   const ServeMetrics& m = ServeMetrics::Get();
-  return std::string("{\"connections\":") + std::to_string(connection_count()) +
-         ",\"loaders\":" + std::to_string(loader_count()) +
-         ",\"slots_in_use\":" + std::to_string(slots_in_use()) +
-         ",\"batches\":" + std::to_string(m.batches->Value()) +
-         ",\"bytes\":" + std::to_string(m.bytes->Value()) +
-         ",\"stall_us\":" + std::to_string(m.stall_us->Value()) +
-         ",\"chunk_reads\":" + std::to_string(m.chunk_reads->Value()) +
-         ",\"warm_reads\":" + std::to_string(m.warm_reads->Value()) +
-         ",\"refused\":" + std::to_string(m.refused_connections->Value()) +
-         ",\"warm_jobs\":" + std::to_string(warm_jobs_.running()) + "}";
+  const DeliveredTotals delivered = SumDelivered();
+  return {{"connections", connection_count()},
+          {"loaders", loader_count()},
+          {"slots_in_use", slots_in_use()},
+          {"batches", delivered.batches},
+          {"bytes", delivered.bytes},
+          {"stall_us", delivered.stall_us},
+          {"chunk_reads", m.chunk_reads->Value()},
+          {"warm_reads", m.warm_reads->Value()},
+          {"refused", m.refused_connections->Value()},
+          {"warm_jobs", warm_jobs_.running()}};
 }
+
+std::string LocalService::StatsJson() const { return Stats().dump(); }
 
 }  // namespace shardcache::serve

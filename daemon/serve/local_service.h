@@ -55,6 +55,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "common/fs.h"
 #include "common/mutex.h"
 #include "common/status.h"
@@ -170,8 +172,10 @@ class LocalService {
   size_t connection_count() const;
   size_t loader_count() const;
   uint32_t slots_in_use() const;
-  // One JSON object with the figures above and the serve counters.
-  std::string StatsJson() const;
+  // One JSON object with the figures above, the serve counters and the running warm jobs:
+  // `clients` in /status (the daemon adds it as it is) and the answer to a Stats request.
+  nlohmann::json Stats() const;
+  std::string StatsJson() const;  // Stats(), serialized
   // Warm jobs still running.
   size_t running_warm_jobs() const { return warm_jobs_.running(); }
 

@@ -9,7 +9,12 @@
 // most kMaxLoaderSeries of them are made; loaders of further pairs are counted under
 // dataset=".other", rank=".other" (no dataset name starts with '.').
 //
-// Thread safety: the pointed-to metrics are lock-free; ForLoader takes the registry's lock.
+// A delivery is counted once, in its (dataset, rank) series: the node's totals
+// (shardcache_serve_{batches,bytes,stall_seconds}_total, `clients` in /status) are the sums of
+// those series, rendered through a stats::Source (common/stats.h), not counted a second time.
+//
+// Thread safety: the pointed-to metrics are lock-free; ForLoader takes the registry's lock and
+// a leaf lock over the pairs, which SumDelivered() and the totals' rendering take too.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +25,6 @@
 namespace shardcache::serve {
 
 struct ServeMetrics {
-  metrics::Counter* batches;             // batches delivered to trainers
-  metrics::Counter* bytes;               // sample bytes delivered
-  metrics::Counter* stall_us;            // time trainers waited in NextBatch (exposed in seconds)
   metrics::Counter* chunk_reads;         // chunks read to assemble batches
   metrics::Counter* warm_reads;          // chunks read ahead of demand
   metrics::Counter* refused_connections;
@@ -30,6 +32,7 @@ struct ServeMetrics {
   metrics::Histogram* next_wait_seconds;
   metrics::Histogram* batch_assembly_seconds;
 
+  // Registers every family of the service (the totals' source too) on first use.
   static const ServeMetrics& Get();
 };
 
@@ -46,5 +49,13 @@ constexpr size_t kMaxLoaderSeries = 256;
 
 // The series for a loader of `dataset` at `rank` (see the cap above).
 LoaderSeries ForLoader(const std::string& dataset, uint32_t rank);
+
+// What every loader of the process was delivered: the sums of all (dataset, rank) series.
+struct DeliveredTotals {
+  uint64_t batches = 0;
+  uint64_t bytes = 0;
+  uint64_t stall_us = 0;  // time trainers waited in NextBatch
+};
+DeliveredTotals SumDelivered();
 
 }  // namespace shardcache::serve

@@ -19,13 +19,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The counters GrpcSource keeps (its stats()) and reports through VisitStats; the Registry
+// sums the live sources into one series per family.
+using stats::Family;
+constexpr Family kWireBytes{"shardcache_upstream_wire_bytes_total",
+                            "Chunk payload bytes received from the upstream as sent (after zstd)"};
+constexpr Family kPayloadBytes{"shardcache_upstream_payload_bytes_total",
+                               "Verified chunk bytes fetched from the upstream (after decoding)"};
+constexpr Family kChunks{"shardcache_upstream_chunks_total", "Chunks fetched and verified"};
+constexpr Family kStreams{"shardcache_upstream_streams_total", "ReadChunks streams opened upstream"};
+constexpr Family kRetries{"shardcache_upstream_retries_total", "Upstream attempts after a failure"};
+constexpr Family kChecksumFailures{"shardcache_upstream_checksum_failures_total",
+                                   "Fetched chunks that failed decoding or hash verification (refetched)"};
+
+// What no GrpcSource keeps: the gauges of the fetch scheduler.
 struct UpstreamMetrics {
-  metrics::Counter* wire_bytes;
-  metrics::Counter* payload_bytes;
-  metrics::Counter* chunks;
-  metrics::Counter* streams;
-  metrics::Counter* retries;
-  metrics::Counter* checksum_failures;
   metrics::Gauge* in_flight;
   metrics::Gauge* stream_limit;
   metrics::Gauge* goodput;
@@ -35,15 +43,6 @@ const UpstreamMetrics& M() {
   static const UpstreamMetrics m = [] {
     auto& r = metrics::Registry::Global();
     return UpstreamMetrics{
-        r.GetCounter("shardcache_upstream_wire_bytes_total",
-                     "Chunk payload bytes received from the upstream as sent (after zstd)"),
-        r.GetCounter("shardcache_upstream_payload_bytes_total",
-                     "Verified chunk bytes fetched from the upstream (after decoding)"),
-        r.GetCounter("shardcache_upstream_chunks_total", "Chunks fetched and verified"),
-        r.GetCounter("shardcache_upstream_streams_total", "ReadChunks streams opened upstream"),
-        r.GetCounter("shardcache_upstream_retries_total", "Upstream attempts after a failure"),
-        r.GetCounter("shardcache_upstream_checksum_failures_total",
-                     "Fetched chunks that failed decoding or hash verification (refetched)"),
         r.GetGauge("shardcache_upstream_fetches_in_flight", "Upstream streams running now"),
         r.GetGauge("shardcache_upstream_stream_limit", "Adaptive limit of concurrent streams"),
         r.GetGauge("shardcache_upstream_goodput_bytes_per_second",
@@ -196,10 +195,12 @@ Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options
   for (int i = 0; i < n; ++i) src->workers_.emplace_back([s = src.get()] { s->WorkerLoop(); });
   src->prober_ = std::thread([s = src.get()] { s->ProbeLoop(); });
   M().stream_limit->Set(src->controller_.limit());
+  src->stats_source_ = metrics::Registry::Global().AddSource(src.get());
   return src;
 }
 
 GrpcSource::~GrpcSource() {
+  stats_source_.Reset();  // its last counts stay in the Registry's series
   Shutdown();
   for (auto& w : workers_) w.join();
   if (prober_.joinable()) prober_.join();
@@ -347,7 +348,6 @@ Status GrpcSource::UnaryWithRetries(const std::string& what, Call&& call) {
     if (give_up) return health_.OutageError().WithContext(what);
     if (attempt >= options_.max_retries || Clock::now() >= deadline) break;
     retries_.fetch_add(1);
-    M().retries->Add();
     const auto backoff = std::min(options_.backoff_max, options_.backoff_initial * (1 << std::min(attempt, 10)));
     if (!SleepUntil(std::min({deadline, Clock::now() + Jittered(backoff), health_.GiveUpAt()}))) break;
   }
@@ -582,7 +582,6 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
   req.set_priority(task.priority == FetchPriority::kDemand ? v1::DEMAND : v1::PREFETCH);
   req.set_accept_zstd(options_.accept_zstd);
   streams_.fetch_add(1);
-  M().streams->Add();
   auto reader = conn.stub->ReadChunks(&ctx, req);
   v1::ChunkMessage msg;
   Attempt a;
@@ -606,7 +605,6 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   const auto& m = task.dataset->manifest;
   const uint64_t wire = msg.payload().size();
   wire_bytes_.fetch_add(wire);
-  M().wire_bytes->Add(wire);
   if (Status b = bucket_.Take(wire, task.deadline); !b.ok()) {
     a.local = b;
     return false;
@@ -633,7 +631,6 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   }
   if (!v.ok()) {
     checksum_failures_.fetch_add(1);
-    M().checksum_failures->Add();
     SC_LOG_RATE_LIMITED(spdlog::level::warn, "refetching: {}", v.message());
     if (++p.mismatches > options_.max_retries) {
       FailRest(task, p, DataLoss(v.message() + " (failed verification " + std::to_string(p.mismatches) + " times)"));
@@ -645,8 +642,6 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   // Count before publishing: a caller may read stats() as soon as it has the chunk.
   chunks_.fetch_add(1);
   payload_bytes_.fetch_add(len);
-  M().chunks->Add();
-  M().payload_bytes->Add(len);
   task.flights[p.next - task.first].Publish(ChunkResult(ChunkPtr(std::move(chunk))));
   ++p.next;
   p.mismatches = 0;
@@ -685,7 +680,6 @@ bool GrpcSource::BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p
   }
   p.failures = a.progressed ? 0 : p.failures + 1;
   retries_.fetch_add(1);
-  M().retries->Add();
   spdlog::debug("{}: retrying shard {} of '{}' from chunk {}: {}", Where(), task.shard, task.dataset->name, p.next,
                 s.ToString());
   const auto backoff = std::min(options_.backoff_max, options_.backoff_initial * (1 << std::min(p.failures, 10)));
@@ -787,6 +781,15 @@ void GrpcSource::Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint
   } else {
     for (auto& h : handles) pending->push_back(std::move(h));
   }
+}
+
+void GrpcSource::VisitStats(const stats::Visitor& visit) const {
+  stats::Counter(visit, kWireBytes, wire_bytes_.load());
+  stats::Counter(visit, kPayloadBytes, payload_bytes_.load());
+  stats::Counter(visit, kChunks, chunks_.load());
+  stats::Counter(visit, kStreams, streams_.load());
+  stats::Counter(visit, kRetries, retries_.load());
+  stats::Counter(visit, kChecksumFailures, checksum_failures_.load());
 }
 
 GrpcSource::Stats GrpcSource::stats() const {

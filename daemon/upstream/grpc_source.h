@@ -55,7 +55,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/mutex.h"
+#include "common/stats.h"
 #include "daemon/source/chunk_key.h"
 #include "daemon/source/chunk_source.h"
 #include "daemon/upstream/grpc_source_options.h"
@@ -76,7 +78,7 @@ class ChunkMessage;
 
 namespace shardcache::upstream {
 
-class GrpcSource final : public ChunkSource {
+class GrpcSource final : public ChunkSource, public stats::Source {
  public:
   // Reads the certificate files; InvalidArgument / NotFound naming a bad option or file.
   // Does not connect: connections are made on first use.
@@ -108,6 +110,8 @@ class GrpcSource final : public ChunkSource {
     double goodput_bytes_per_s = 0;  // last measured
   };
   Stats stats() const;
+  // The counters of stats(), for /metrics (shardcache_upstream_*_total).
+  void VisitStats(const stats::Visitor& visit) const override;
 
  private:
   struct Connection;
@@ -186,6 +190,7 @@ class GrpcSource final : public ChunkSource {
 
   std::atomic<uint64_t> wire_bytes_{0}, payload_bytes_{0}, chunks_{0}, streams_{0}, retries_{0},
       checksum_failures_{0};
+  metrics::SourceHandle stats_source_;  // reset first thing in the destructor
 };
 
 }  // namespace shardcache::upstream

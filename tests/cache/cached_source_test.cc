@@ -238,6 +238,41 @@ TEST_CASE("cached source: metrics count bytes per tier", "[cache][source][metric
   CHECK(reg.RenderPrometheus().find("shardcache_cache_nvme_read_seconds_bucket") != std::string::npos);
 }
 
+TEST_CASE("cached source: its Stats() and /metrics read the same counters, and a closed cache's counts stay",
+          "[cache][source][metrics]") {
+  // Issue 15: the tiers counted each event twice (an atomic for Stats() and a Registry counter);
+  // now the Registry renders the cache's own counters (stats::Source), so both always agree.
+  TempDir dir;
+  auto& reg = metrics::Registry::Global();
+  auto value = [&](const char* name, metrics::Labels labels = {}) { return reg.ValueOf(name, labels); };
+  const double up0 = value("shardcache_cache_served_bytes_total", {{"tier", "upstream"}});
+  const double hits0 = value("shardcache_cache_hits_total", {{"tier", "nvme"}});
+  const double misses0 = value("shardcache_cache_misses_total");
+  const double fetched0 = value("shardcache_cache_upstream_fetched_chunks_total");
+  const double written0 = value("shardcache_cache_written_bytes_total");
+  CacheStats st;
+  {
+    Fixture f(SmallCacheOptions(dir / "cache"));
+    CHECK(ReadAndCompare(*f.cache, f.dataset, f.ds_options) == 0);
+    f.cache->Flush();
+    CHECK(ReadAndCompare(*f.cache, f.dataset, f.ds_options) == 0);
+    st = f.cache->Stats();
+    CHECK(value("shardcache_cache_served_bytes_total", {{"tier", "upstream"}}) - up0 == st.served_upstream_bytes);
+    CHECK(value("shardcache_cache_hits_total", {{"tier", "nvme"}}) - hits0 == st.hits_nvme);
+    CHECK(value("shardcache_cache_misses_total") - misses0 == st.misses);
+    CHECK(value("shardcache_cache_upstream_fetched_chunks_total") - fetched0 == st.upstream_fetched_chunks);
+    CHECK(value("shardcache_cache_written_bytes_total") - written0 == st.nvme.written_bytes);
+    CHECK(value("shardcache_cache_dram_used_bytes") == st.dram_used_bytes);
+    CHECK(value("shardcache_cache_nvme_budget_bytes") == st.nvme.size_bytes);
+    CHECK(st.hits_nvme == 16);
+  }
+  // Closed: its counters stay in their series (Prometheus counters never go down), its gauges go.
+  CHECK(value("shardcache_cache_served_bytes_total", {{"tier", "upstream"}}) - up0 == st.served_upstream_bytes);
+  CHECK(value("shardcache_cache_hits_total", {{"tier", "nvme"}}) - hits0 == st.hits_nvme);
+  CHECK(value("shardcache_cache_written_bytes_total") - written0 == st.nvme.written_bytes);
+  CHECK(value("shardcache_cache_dram_used_bytes") == 0);
+}
+
 TEST_CASE("cached source: the DRAM tier answers repeated reads without touching NVMe", "[cache][source][dram]") {
   TempDir dir;
   auto o = SmallCacheOptions(dir / "cache");

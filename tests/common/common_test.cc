@@ -3,6 +3,7 @@
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/metrics.h"
+#include "common/stats.h"
 #include "common/units.h"
 #include "testing/temp_dir.h"
 
@@ -108,4 +109,56 @@ TEST_CASE("the mount point of a path comes from /proc/self/mountinfo") {
   auto missing = MountPointOf("/nonexistent/dir");
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().message().find("/nonexistent/dir") != std::string::npos);
+}
+
+namespace {
+
+// A component that keeps its own counts and reports them through stats::Source.
+struct FakeComponent final : stats::Source {
+  uint64_t reads = 0;
+  double used = 0;
+  void VisitStats(const stats::Visitor& visit) const override {
+    static const stats::Labels kDram{{"tier", "dram"}};
+    stats::Counter(visit, {"sc_test_reads_total", "Reads"}, reads, &kDram);
+    stats::Gauge(visit, {"sc_test_used_bytes", "Used"}, used);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a stats source's figures render once: the same values in /metrics and ValueOf, one family each") {
+  metrics::Registry r;
+  FakeComponent a, b;
+  a.reads = 3;
+  a.used = 10;
+  auto ha = r.AddSource(&a);
+  CHECK(r.RenderPrometheus().find("sc_test_reads_total{tier=\"dram\"} 3\n") != std::string::npos);
+  {
+    auto hb = r.AddSource(&b);
+    b.reads = 4;
+    b.used = 5;
+    const std::string text = r.RenderPrometheus();
+    // Two live instances add up in one series, under one HELP/TYPE.
+    CHECK(text.find("# HELP sc_test_reads_total Reads\n# TYPE sc_test_reads_total counter\n"
+                    "sc_test_reads_total{tier=\"dram\"} 7\n") != std::string::npos);
+    CHECK(text.find("sc_test_used_bytes 15\n") != std::string::npos);
+    CHECK(text.find("# TYPE sc_test_reads_total") == text.rfind("# TYPE sc_test_reads_total"));
+    CHECK(r.ValueOf("sc_test_reads_total", {{"tier", "dram"}}) == 7);
+  }
+  // b left: its count stays in the counter (never goes down), its gauge leaves.
+  a.reads = 5;
+  CHECK(r.ValueOf("sc_test_reads_total", {{"tier", "dram"}}) == 9);
+  CHECK(r.ValueOf("sc_test_used_bytes") == 10);
+  ha.Reset();
+  CHECK(r.ValueOf("sc_test_reads_total", {{"tier", "dram"}}) == 9);
+  CHECK(r.ValueOf("sc_test_used_bytes") == 0);
+}
+
+TEST_CASE("a stats source's family exists at zero from the moment it is added") {
+  metrics::Registry r;
+  FakeComponent a;
+  auto h = r.AddSource(&a);
+  const std::string text = r.RenderPrometheus();
+  CHECK(text.find("sc_test_reads_total{tier=\"dram\"} 0\n") != std::string::npos);
+  CHECK(text.find("sc_test_used_bytes 0\n") != std::string::npos);
 }

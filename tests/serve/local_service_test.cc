@@ -23,6 +23,7 @@
 #include "common/fs.h"
 #include "common/metrics.h"
 #include "daemon/serve/local_service.h"
+#include "daemon/serve/serve_metrics.h"
 #include "daemon/upstream/file_source.h"
 #include "shardcache/c_api.h"
 #include "shardcache/client.h"
@@ -855,4 +856,29 @@ TEST_CASE("the node's future chunk order is reported for the clairvoyant policy"
     REQUIRE(reports[0][i].shard == want[i].shard);
     REQUIRE(reports[0][i].chunk == want[i].chunk);
   }
+}
+
+TEST_CASE("the node's delivered totals are the sums of the (dataset, rank) series, counted once",
+          "[serve][metrics]") {
+  // Issue 15: a delivery was counted twice, in the node's total and in its pair's series; the
+  // totals (/metrics and /status `clients`) are now rendered from the series.
+  auto& reg = metrics::Registry::Global();
+  serve::ServeMetrics::Get();
+  const serve::DeliveredTotals before = serve::SumDelivered();
+  const double batches0 = reg.ValueOf("shardcache_serve_batches_total");
+  const double stall0 = reg.ValueOf("shardcache_serve_stall_seconds_total");
+  CHECK(batches0 == before.batches);
+  const serve::LoaderSeries s = serve::ForLoader("totals-test", 7);
+  s.batches->Add(3);
+  s.bytes->Add(4096);
+  s.stall_us->Add(1500000);
+  const serve::DeliveredTotals after = serve::SumDelivered();
+  CHECK(after.batches - before.batches == 3);
+  CHECK(after.bytes - before.bytes == 4096);
+  CHECK(after.stall_us - before.stall_us == 1500000);
+  CHECK(reg.ValueOf("shardcache_serve_batches_total") - batches0 == 3);
+  CHECK(reg.ValueOf("shardcache_serve_stall_seconds_total") - stall0 == Approx(1.5));
+  const std::string text = reg.RenderPrometheus();
+  CHECK(text.find("# TYPE shardcache_serve_batches_total counter\nshardcache_serve_batches_total " +
+                  std::to_string(after.batches) + "\n") != std::string::npos);
 }
