@@ -47,6 +47,9 @@ Status CacheOptions::Validate() const {
   }
   if (max_fetch_run_chunks == 0) return InvalidArgument("cache max_fetch_run_chunks must be > 0");
   if (commit_bytes == 0) return InvalidArgument("cache commit_bytes must be > 0");
+  if (writer_idle_tick_ms == 0 || disk_probe_interval_ms == 0) {
+    return InvalidArgument("cache writer_idle_tick_ms and disk_probe_interval_ms must be > 0");
+  }
   return Status::Ok();
 }
 

@@ -77,6 +77,17 @@ struct CacheOptions {
   uint64_t commit_bytes = 64ull << 20;
   uint32_t commit_interval_ms = 200;
 
+  // The writer's housekeeping. When idle it wakes every writer_idle_tick_ms to give space back
+  // if the free-space floor is hit and to probe the disk (disk_health.h); while busy it probes
+  // at most every disk_probe_interval_ms. Segments' access times (the LRU order a restart
+  // recovers) are persisted after access_persist_interval_ms of idleness. After ENOSPC, or a
+  // segment that could not be created, no new segment is tried for nospace_backoff_ms.
+  // Defaults: 1 s, 1 s, 10 s, 1 s.
+  uint32_t writer_idle_tick_ms = 1000;
+  uint32_t disk_probe_interval_ms = 1000;
+  uint32_t access_persist_interval_ms = 10000;
+  uint32_t nospace_backoff_ms = 1000;
+
   // Chunks waiting for the NVMe writer; readers block (back-pressure) above this. Default 256 MiB.
   uint64_t write_queue_bytes = 256ull << 20;
 

@@ -538,6 +538,9 @@ void NvmeStore::WriterLoop() {
   auto last_limits = Clock::now();
   auto last_probe = Clock::now();
   const auto interval = std::chrono::milliseconds(options_.commit_interval_ms);
+  const auto idle_tick = std::chrono::milliseconds(options_.writer_idle_tick_ms);
+  const auto probe_interval = std::chrono::milliseconds(options_.disk_probe_interval_ms);
+  const auto persist_interval = std::chrono::milliseconds(options_.access_persist_interval_ms);
   MutexLock lock(&mu_);
   while (true) {
     if (queue_.empty()) {
@@ -553,14 +556,14 @@ void NvmeStore::WriterLoop() {
       idle_cv_.NotifyAll();
       if (stop_ && queue_.empty()) break;
       if (queue_.empty()) {
-        writer_cv_.WaitFor(&mu_, std::chrono::seconds(1));
-        if (queue_.empty() && Clock::now() - last_limits > std::chrono::seconds(1)) {
+        writer_cv_.WaitFor(&mu_, idle_tick);
+        if (queue_.empty() && Clock::now() - last_limits > idle_tick) {
           // Idle: persist access times now and then, and give space back if the floor is hit.
           bool dirty = false;
           for (auto& [id, s] : segments_) dirty |= s.record_dirty;
           writer_busy_ = true;
           lock.Unlock();
-          if (dirty && Clock::now() - last_commit > std::chrono::seconds(10)) {
+          if (dirty && Clock::now() - last_commit > persist_interval) {
             Commit();
             last_commit = Clock::now();
           }
@@ -584,7 +587,7 @@ void NvmeStore::WriterLoop() {
     writer_busy_ = true;
     lock.Unlock();
     StoreBatch(batch);
-    if (Clock::now() - last_probe >= std::chrono::seconds(1)) {  // busy: the idle tick above never runs
+    if (Clock::now() - last_probe >= probe_interval) {  // busy: the idle tick above never runs
       ProbeDisk();
       last_probe = Clock::now();
     }
@@ -717,7 +720,7 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
   DropFiles(victims);
   if (room == Room::kDiskFull) {
     PassThroughNoSpace("a new " + FormatBytes(options_.segment_bytes) + " segment");
-    enospc_backoff_until_ = Clock::now() + std::chrono::seconds(1);
+    enospc_backoff_until_ = Clock::now() + std::chrono::milliseconds(options_.nospace_backoff_ms);
     return false;
   }
   if (room == Room::kDeclined) {
@@ -731,7 +734,7 @@ bool NvmeStore::EnsureOpenSegment(uint64_t extent, uint64_t fp) {
     } else {
       health_->ReportIoError(file.status());
     }
-    enospc_backoff_until_ = Clock::now() + std::chrono::seconds(1);
+    enospc_backoff_until_ = Clock::now() + std::chrono::milliseconds(options_.nospace_backoff_ms);
     return false;
   }
   health_->ReportSpace();
