@@ -21,7 +21,7 @@ namespace {
 
 struct FetchArgs {
   std::string upstream, token, token_file, ca, cert, key, bandwidth = "0";
-  int connections = 4, max_connections = 16;
+  int connections = 4, max_connections = upstream::kDefaultMaxConnections;
   int timeout_s = 600;
   bool json = false;
   std::string dataset, shard, out;
