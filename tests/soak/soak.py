@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make soak — epochs for an hour with faults injected, measuring the node daemon's drift.
 
-  tests/soak/soak.py [--minutes 60] [--json FILE]
+  tests/soak/soak.py [--minutes 60] [--json FILE] [--smaps-dir DIR]
 
 Real processes on loopback: an origin shardcached serving a records dataset (8 shards x 2000
 records of 4 KiB, random bytes, 256 KiB chunks), a node shardcached in front of it (NVMe tier
@@ -102,6 +102,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=60)
     ap.add_argument("--json", default="")
+    ap.add_argument("--smaps-dir", default="",
+                    help="save the node's /proc/PID/smaps every 20th epoch here (to diff what grew)")
     args = ap.parse_args()
     S.need("shardcached", "shardctl", "sc_datagen")
     b = S.Bench("soak")
@@ -168,6 +170,11 @@ def main():
         now["heap_in_use_mib"] = m.get("shardcache_process_heap_in_use_bytes", 0) / S.MiB
         now["heap_free_mib"] = m.get("shardcache_process_heap_free_bytes", 0) / S.MiB
         samples.append(now)
+        if epoch % 20 == 0 and args.smaps_dir:
+            os.makedirs(args.smaps_dir, exist_ok=True)
+            with open(f"/proc/{node.proc.pid}/smaps") as f, \
+                    open(os.path.join(args.smaps_dir, f"epoch{epoch:05d}.smaps"), "w") as out:
+                out.write(f.read())
         if epoch % 20 == 0:
             print(f"soak: epoch {epoch}, {int(end - time.time())} s left: " +
                   ", ".join(f"{k} {v:.1f}" for k, v in now.items()), file=sys.stderr, flush=True)
