@@ -14,7 +14,7 @@
 // their own deadline (followers of a stalled flight time out at theirs), while every chunk in
 // DRAM/NVMe keeps being served; the next read after the upstream returns fetches again. A
 // follower whose leader failed retries as leader while its deadline allows (at most 3 times).
-// Disk full: see nvme_store.h (evict, retry, then pass through without storing).
+// Disk full: see nvme_writer.h (evict, retry, then pass through without storing).
 // OpenDataset/GetSampleIndex remember the last manifest and sample indexes in the index DB, so
 // a restarted node serves its cached datasets while the upstream is unreachable.
 //

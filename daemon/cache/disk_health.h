@@ -11,7 +11,7 @@
 //   * no space: the file system stayed at its free-space floor, with no segment of the cache's
 //     own to give back, for at least `no_space_grace` (a moment of ENOSPC is ordinary: the
 //     store evicts and retries). Ends when a segment could be allocated, or Probe() sees room.
-// While failing, the store stores nothing (chunks pass through; see nvme_store.h); reads still
+// While failing, the store stores nothing (chunks pass through; see nvme_writer.h); reads still
 // go to the disk, and each one that fails is a miss fetched from upstream.
 //
 // Logging: an error line when the disk starts failing (the first reason), a warning when it is

@@ -3,7 +3,7 @@
 // per policy (lru_policy, static_policy, clairvoyant_policy), in the shape of CacheLib navy's
 // EvictionPolicy.
 //
-// The store calls PickVictim in two situations:
+// The store's SegmentManager (segment_manager.h) calls PickVictim in two situations:
 //   - admission: `incoming` holds the fingerprint of the chunk that needs a new segment. The
 //     policy returns the segment to evict, or nullopt to *decline*: the chunk is then served
 //     but not stored (counted as admission_declined). Storing into free space never asks.

@@ -1,5 +1,5 @@
 // Extent: how one chunk lies in a segment file, and the pure functions that plan and verify a
-// read of part of it (NvmeStore does the I/O and the bookkeeping).
+// read of part of it (NvmeStore reads, NvmeWriter writes, and both keep the books).
 //
 // An extent (index format 2) is the chunk bytes padded to 4 KiB, then a block table — xxh3-64
 // of each kVerifyBlockBytes block of the chunk, padded to 4 KiB. A chunk of one block has no

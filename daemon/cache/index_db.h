@@ -11,9 +11,10 @@
 //
 // Entries are keyed by *location*, not by chunk key: all entries of a segment are one key
 // range, so evicting a segment is one DeleteRange, and start-up reads them in disk order. The
-// chunk key lives in the value; the in-memory ChunkIndex maps chunk → location.
+// chunk key lives in the value; the in-memory ChunkIndex (chunk_index.h) maps chunk →
+// location.
 //
-// Durability protocol (see nvme_store.h): an EntryRecord is written only after the bytes it
+// Durability protocol (see nvme_writer.h): an EntryRecord is written only after the bytes it
 // points at were fdatasync'ed, in the same synced WriteBatch that raises the segment's
 // durable_bytes watermark. At start-up an entry is trusted only if its extent lies below its
 // segment's watermark and the segment file is at least that long.
@@ -38,7 +39,7 @@ class Status;
 
 namespace shardcache::cache {
 
-// 2: each chunk's extent ends with a block table (nvme_store.h); version 1 caches had none.
+// 2: each chunk's extent ends with a block table (extent.h); version 1 caches had none.
 constexpr uint32_t kIndexFormatVersion = 2;
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "records are stored little-endian");

@@ -1,68 +1,40 @@
 // NvmeStore: the NVMe tier — chunk bytes in preallocated segment files (segment_file.h), their
-// locations in a RocksDB index (index_db.h) mirrored by a compact in-memory map, whole-segment
-// eviction by a pluggable policy (eviction_policy.h), reads with io_uring + O_DIRECT
-// (io_reader.h), every read verified.
+// locations in a RocksDB index (index_db.h) mirrored by a compact in-memory map (chunk_index.h),
+// whole-segment eviction by a pluggable policy (eviction_policy.h) within a byte budget
+// (segment_manager.h), reads with io_uring + O_DIRECT (io_reader.h), every read verified.
+// The façade over navy-shaped units: ChunkIndex (where each chunk is), SegmentManager (segment
+// table, budget, victims), NvmeWriter (queue, writer thread, group commit; nvme_writer.h, which
+// documents the write path and its durability) and recovery at Open (nvme_recovery.h). The
+// store itself does the reads.
 //
 // On-disk extent of one chunk (index format 2; extent.h): the chunk bytes padded to 4 KiB, then
-// a block table of xxh3-64 per kVerifyBlockBytes block. The table is computed by the writer
-// from the chunk it was handed, which was verified against the manifest hash on arrival.
+// a block table of xxh3-64 per kVerifyBlockBytes block, computed by the writer from the
+// verified chunk it was handed.
 //   * whole-chunk reads (Lookup, and ReadPieces of a whole chunk) are verified against the
 //     manifest's xxh3-128;
 //   * partial reads (ReadPieces) are verified block by block against the table.
 // ReadPieces reads straight into the caller's buffer (an arena slot) when the buffer is 4 KiB
 // aligned and the piece starts and ends on block boundaries (a whole chunk-sized record, say);
-// otherwise into a bounce buffer and one copy.
+// otherwise into a bounce buffer and one copy. An entry that fails to read or verify is dropped
+// from the map and from RocksDB (not synced: one that reappears after a crash is verified again).
 //
-// Write path (one writer thread, fed by Insert):
-//   1. append the chunk at the open segment's write offset (4 KiB aligned, O_DIRECT);
-//   2. publish it in the in-memory map (readers in this process may hit it at once);
-//   3. group commit: fdatasync the segment(s), then ONE synced RocksDB WriteBatch with the new
-//      entries and the raised durable watermark. Commits happen when commit_bytes are pending,
-//      when a segment is sealed, when the queue runs empty, or after commit_interval_ms.
-//   Data is therefore durable before its index entry; a crash loses at most the uncommitted
-//   tail, never leaves an entry pointing at torn bytes.
+// A failing disk (disk_health.h): a failed read is a miss (and reported); while the disk is
+// failing nothing is queued or written (nvme_writer.h).
 //
-// Budget. Allocated bytes under `dir` = segments × segment_bytes (each fallocated to full size)
-// + the index directory + two directory inodes. A new segment is allocated only when
-//   (segments + 1) × segment_bytes + max(reserve, measured index + min(8 MiB, reserve/2)) + 8 KiB ≤ size
-// and the file system keeps its free-space floor; otherwise a victim segment is evicted
-// (policy decides; it may decline, and the chunk is then served but not stored). The index
-// allowance is the stated overhead: by default 8 MiB + size/512. A size larger than the file
-// system can hold above its floor is fitted to it at Open and SetSizeBytes (cache_dir.h); Stats
-// reports both. A chunk whose extent is larger than a segment is never stored.
-//
-// Eviction of a segment: entries leave the map, one synced DeleteRange removes them from
-// RocksDB, then the file is unlinked (readers holding it keep their fd). ENOSPC while
-// allocating → one forced eviction and a retry, then pass-through (not stored) with a 1 s
-// back-off; RocksDB background errors → DB::Resume (index_db.cc).
-//
-// A failing disk (disk_health.h): every I/O error and lasting ENOSPC is reported to DiskHealth,
-// which the writer also probes about once a second; while it is failing nothing is queued or
-// written (chunks pass through) and a failed read is a miss.
-//
-// Start-up (Open) reads the index, not the segments: segment records and entries are
-// iterated, entries beyond a segment's durable watermark or in a missing/short file are
-// dropped, segment files without a record are deleted. Every surviving segment is sealed; new
-// chunks go to new segments. In-memory cost: one map node per chunk (~48 B) + 8 B in its
-// segment's list.
-//
-// Thread safety: all public methods are safe from any thread. mu_ guards the map, the segment
-// table and the queue; no file I/O or RocksDB call happens under it. Lock order: mu_ before
-// AccessPlan's lock (the clairvoyant policy reads the plan while mu_ is held).
+// Thread safety: all public methods are safe from any thread. mu_ guards the ChunkIndex, the
+// SegmentManager and the writer's queue (the writer shares it); no file I/O or RocksDB call
+// happens under it. Lock order: mu_ before AccessPlan's lock (the clairvoyant policy reads the
+// plan while mu_ is held). The writer's methods take mu_ themselves: the store never calls them
+// with mu_ held.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
-#include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -71,13 +43,17 @@
 #include "common/stats.h"
 #include "daemon/cache/access_plan.h"
 #include "daemon/cache/cache_options.h"
-#include "daemon/source/chunk_key.h"
+#include "daemon/cache/chunk_index.h"
 #include "daemon/cache/disk_health.h"
 #include "daemon/cache/eviction_policy.h"
 #include "daemon/cache/extent.h"
 #include "daemon/cache/index_db.h"
+#include "daemon/cache/nvme_recovery.h"
+#include "daemon/cache/nvme_writer.h"
 #include "daemon/cache/scratch_pool.h"
 #include "daemon/cache/segment_file.h"
+#include "daemon/cache/segment_manager.h"
+#include "daemon/source/chunk_key.h"
 #include "daemon/source/chunk_source.h"
 
 namespace shardcache::cache {
@@ -96,15 +72,6 @@ struct NvmePiece {
   uint64_t offset = 0;
   uint64_t length = 0;
   uint8_t* dest = nullptr;
-};
-
-struct RecoveryStats {
-  uint64_t segments = 0;
-  uint64_t entries = 0;
-  uint64_t dropped_entries = 0;    // beyond watermark, missing segment, malformed
-  uint64_t dropped_segments = 0;   // file missing or shorter than its watermark
-  uint64_t orphan_files = 0;       // segment files without a record (crash before first commit)
-  double seconds = 0;
 };
 
 struct NvmeStats {
@@ -180,79 +147,11 @@ class NvmeStore final : public stats::Source {
   IndexDb& index_db() { return *db_; }
 
  private:
-  struct Loc {
-    uint32_t segment;
-    uint32_t length;
-    uint64_t offset;
-    bool operator==(const Loc& o) const {
-      return segment == o.segment && length == o.length && offset == o.offset;
-    }
-  };
-  static_assert(sizeof(Loc) == 16);
-  struct Segment {
-    std::shared_ptr<SegmentFile> file;
-    std::vector<uint64_t> fingerprints;   // live chunks
-    uint64_t write_offset = 0;
-    uint64_t durable_bytes = 0;
-    uint64_t last_tick = 0;
-    bool sealed = false;
-    bool record_dirty = false;            // segment record must be rewritten at next commit
-  };
-  struct QueueItem {
-    ChunkKey key;
-    ChunkPtr chunk;
-  };
-
   NvmeStore(const CacheOptions& options, uint64_t configured_size_bytes, std::unique_ptr<IndexDb> db,
             std::unique_ptr<DiskHealth> health, const AccessPlan* plan);
-  // Start-up: removes orphan segment files, opens the recorded segments, loads the index.
-  // Called before the store is shared; holds mu_ only for the analysis.
-  Status Recover() REQUIRES(mu_);
-  // Opens each recorded segment (dropping one whose file is missing, unreadable or shorter
-  // than its durable watermark, with its entries) into segments_, ordered by last access.
-  Status OpenRecordedSegments(const std::map<uint32_t, SegmentRecord>& records, const std::set<uint32_t>& files)
-      REQUIRES(mu_);
-  // Loads the index entries into index_, dropping those that point past a durable watermark
-  // or into a missing segment.
-  Status LoadEntries() REQUIRES(mu_);
   static Result<std::unique_ptr<NvmeStore>> OpenIndexAndRecover(const CacheOptions& options,
                                                                 uint64_t configured_size_bytes,
                                                                 const AccessPlan* plan);
-  void WriterLoop();
-  // Writes a batch of queued chunks: extents that land back to back in one segment go out in
-  // one pwritev, then are published together.
-  void StoreBatch(std::vector<QueueItem>& items);
-  // Makes sure a segment with room for `extent` bytes is open. Returns false when the chunk
-  // is not to be stored (declined, disk full). Takes and releases mu_ itself.
-  bool EnsureOpenSegment(uint64_t extent, uint64_t fingerprint);
-  enum class Room { kMade, kDeclined, kDiskFull };
-  // REQUIRES: mu_ held. Evicts until one more segment fits the budget and the free-space floor
-  // (`headroom` above it now); the evicted files go to `victims` for DropFiles. kDeclined: the
-  // policy keeps what is stored over this chunk; kDiskFull: short of disk with nothing to evict.
-  Room MakeRoomLocked(uint64_t measured_index_bytes, int64_t headroom, uint64_t fingerprint,
-                      std::vector<std::shared_ptr<SegmentFile>>* victims) REQUIRES(mu_);
-  // Creates segment file `id`; on ENOSPC evicts one segment and tries once more.
-  Result<std::shared_ptr<SegmentFile>> CreateSegment(uint32_t id);
-  // Counts a chunk not stored for want of disk space and tells DiskHealth.
-  void PassThroughNoSpace(const std::string& what);
-  // Bytes allocated under dir with `segments` segments: the budget's one formula (see above).
-  uint64_t AllocatedBytes(size_t segments, uint64_t measured_index_bytes) const REQUIRES(mu_);
-  struct Planned;
-  struct Group;
-  // One pwritev per IOV_MAX iovecs of the group's extents.
-  Status WriteExtents(const Group& g);
-  // Writes the group and publishes its chunks in the index (or seals the segment on failure).
-  void WriteGroup(Group& g);
-  void Commit();
-  // Floor/budget enforcement when idle: evicts (forced) while over.
-  void EnforceLimits();
-
-  // Removes a segment from the table and the map; the caller passes the
-  // returned file to DropFiles after releasing mu_.
-  std::shared_ptr<SegmentFile> EvictLocked(uint32_t id) REQUIRES(mu_);
-  std::optional<uint32_t> PickVictimLocked(std::optional<uint64_t> incoming) REQUIRES(mu_);
-  void RemoveFingerprintLocked(uint64_t fp, uint32_t segment) REQUIRES(mu_);
-  void DropFiles(const std::vector<std::shared_ptr<SegmentFile>>& files);
   // Where a stored chunk is, with its segment marked as used now (for lru);
   // nullopt when it is not stored.
   std::optional<std::pair<Loc, std::shared_ptr<SegmentFile>>> TouchLocked(uint64_t fp) REQUIRES(mu_);
@@ -261,9 +160,6 @@ class NvmeStore final : public stats::Source {
   std::vector<PieceJob> FindPieces(std::span<const NvmePiece> pieces, std::vector<bool>* hit);
   // Removes the entry if it still points at `loc`; true when this call removed it.
   bool DropEntry(uint64_t fp, const Loc& loc);
-  uint64_t IndexAllowance(uint64_t measured_index_bytes) const;
-  // DiskHealth::Probe with the store's view of free space. Writer thread, not under mu_.
-  void ProbeDisk();
 
   const CacheOptions options_;
   const std::unique_ptr<IndexDb> db_;
@@ -275,30 +171,12 @@ class NvmeStore final : public stats::Source {
   // reads (see scratch_pool.h).
   ScratchPool scratch_{4, 1ull << 20};
   mutable Mutex mu_;
-  CondVar writer_cv_;                    // queue non-empty or stop
-  CondVar space_cv_;                     // queue has room
-  CondVar idle_cv_;                      // writer idle and everything committed
-  uint64_t size_bytes_ GUARDED_BY(mu_);  // fitted to the file system
-  uint64_t configured_size_bytes_ GUARDED_BY(mu_);
-  std::unordered_map<uint64_t, Loc> index_ GUARDED_BY(mu_);
-  std::map<uint32_t, Segment> segments_ GUARDED_BY(mu_);
-  uint32_t open_segment_ GUARDED_BY(mu_) = 0;  // 0 = none; ids start at 1
-  uint32_t next_segment_id_ GUARDED_BY(mu_) = 1;
-  uint64_t tick_ GUARDED_BY(mu_) = 0;
-  std::vector<EntryPut> uncommitted_ GUARDED_BY(mu_);
-  uint64_t uncommitted_bytes_ GUARDED_BY(mu_) = 0;
-  std::deque<QueueItem> queue_ GUARDED_BY(mu_);
-  std::unordered_map<ChunkKey, ChunkPtr, ChunkKeyHash> pending_ GUARDED_BY(mu_);
-  uint64_t queue_bytes_ GUARDED_BY(mu_) = 0;
-  bool writer_busy_ GUARDED_BY(mu_) = false;
-  bool stop_ GUARDED_BY(mu_) = false;
-  uint64_t measured_index_bytes_ GUARDED_BY(mu_) = 0;
-  std::chrono::steady_clock::time_point enospc_backoff_until_{}; // writer thread only
+  ChunkIndex index_ GUARDED_BY(mu_);
+  SegmentManager segments_ GUARDED_BY(mu_);
+  NvmeWriter writer_;  // shares mu_; declared after what it points at, so it stops first
 
-  std::atomic<uint64_t> written_bytes_{0}, hits_{0}, misses_{0}, evicted_segments_{0},
-      checksum_failures_{0}, enospc_passthrough_{0}, admission_declined_{0}, queue_full_dropped_{0};
+  std::atomic<uint64_t> hits_{0}, misses_{0}, checksum_failures_{0};
   bool io_uring_ = false;
-  std::thread writer_;
   metrics::SourceHandle stats_source_;  // reset first thing in the destructor
 };
 

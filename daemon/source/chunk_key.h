@@ -4,7 +4,7 @@
 //
 // The version is carried as a 128-bit id (xxh3-128 of the version string), so a key is 28
 // bytes on disk. The in-memory index keys on a 64-bit fingerprint of those 28 bytes to stay
-// compact (nvme_store.h); a fingerprint collision can never serve wrong bytes, because
+// compact (chunk_index.h); a fingerprint collision can never serve wrong bytes, because
 // every NVMe read is verified against the manifest hash of the chunk actually requested, and a
 // mismatch is a dropped entry and a miss.
 //
