@@ -48,16 +48,6 @@
 
 namespace shardcache::serve {
 
-// One future chunk access, for an eviction policy that knows the future.
-struct ChunkAccess {
-  uint32_t shard = 0;
-  uint64_t chunk = 0;
-};
-// Receives the node-wide future chunk order of a dataset (see LocalService). Called from a
-// background thread; must be thread-safe.
-using AccessOrderObserver =
-    std::function<void(const DatasetPtr& dataset, const std::vector<ChunkAccess>& order)>;
-
 struct LoaderPipelineOptions {
   // Batches assembled ahead into free slots. Default: 2.
   uint32_t prefetch_batches = 2;
