@@ -7,6 +7,7 @@ namespace shardcache::upstream {
 StreamController::StreamController(StreamControllerOptions options, Clock::time_point now)
     : options_(options),
       limit_(std::clamp(options.initial, options.min, std::max(options.min, options.max))),
+      ceiling_(std::max(options.min, options.max)),
       period_start_(now) {}
 
 int StreamController::limit() const {
@@ -19,11 +20,15 @@ double StreamController::goodput() const {
   return goodput_;
 }
 
-void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool saturated) {
+void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool saturated,
+                               std::chrono::nanoseconds chunk_time) {
   MutexLock lock(&mu_);
   period_saturated_ = period_saturated_ || saturated;
   const auto elapsed = now - period_start_;
-  if (elapsed < options_.period) return;
+  if (elapsed < options_.max_period) {
+    if (elapsed < options_.period || elapsed < 2 * chunk_time) return;
+    if (total_bytes - period_bytes_ < options_.min_period_bytes) return;
+  }
   const double seconds = std::chrono::duration<double>(elapsed).count();
   goodput_ = static_cast<double>(total_bytes - period_bytes_) / seconds;
   const bool was_saturated = period_saturated_;
@@ -40,7 +45,7 @@ void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool
     if (goodput_ >= base_goodput_ * options_.gain) {
       // The raise paid off: keep it and probe further.
       base_goodput_ = goodput_;
-      if (limit_ < options_.max) {
+      if (limit_ < ceiling_) {
         previous_limit_ = limit_;
         limit_ = NextProbe();
       } else {
@@ -61,19 +66,28 @@ void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool
     --hold_;
     return;
   }
-  if (limit_ < options_.max) {
+  if (limit_ < ceiling_) {
     previous_limit_ = limit_;
     limit_ = NextProbe();
     probing_ = true;
   }
 }
 
+void StreamController::Refused(int running) {
+  MutexLock lock(&mu_);
+  // Below what ran, and by a quarter at least: several streams refused together each lower it.
+  ceiling_ = std::clamp(std::min(running - 1, limit_ * 3 / 4), options_.min, ceiling_);
+  limit_ = std::min(limit_, ceiling_);
+  previous_limit_ = std::min(previous_limit_, ceiling_);
+  probing_ = false;
+}
+
 int StreamController::NextProbe() const {
-  // Slow start: +50% per step (4 → 6 → 9 → 13 → ...), so a long link needing many streams is
-  // filled within a few periods; each step's expected gain dwarfs the measuring noise of whole
+  // Slow start: +50% per step (8 → 12 → 18 → 27 → 40 → 60 → 90 → 135 → 202), so a long link
+  // needing many streams is filled within a few periods; each step's expected gain dwarfs the measuring noise of whole
   // chunks per period. After the first step that did not help: one stream at a time.
   const int step = slow_start_ ? std::max(1, limit_ / 2) : 1;
-  return std::min(options_.max, limit_ + step);
+  return std::min(ceiling_, limit_ + step);
 }
 
 }  // namespace shardcache::upstream

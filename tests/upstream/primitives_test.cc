@@ -4,6 +4,8 @@
 #include <thread>
 #include <vector>
 
+#include <deque>
+
 #include <catch2/catch.hpp>
 
 #include "daemon/upstream/single_flight.h"
@@ -90,6 +92,7 @@ TEST_CASE("stream controller adds streams while goodput grows and backs off when
   o.initial = 2;
   o.max = 8;
   o.period = std::chrono::milliseconds(100);
+  o.min_period_bytes = 0;
   o.hold_periods = 3;
   auto now = Clock::now();
   StreamController c(o, now);
@@ -119,6 +122,7 @@ TEST_CASE("stream controller fills a link that needs many streams within a few p
   o.initial = 4;
   o.max = 16;
   o.period = std::chrono::milliseconds(100);
+  o.min_period_bytes = 0;
   auto now = Clock::now();
   StreamController c(o, now);
   uint64_t bytes = 0;
@@ -147,6 +151,7 @@ TEST_CASE("stream controller does not grow when no work waits", "[controller]") 
   StreamControllerOptions o;
   o.initial = 3;
   o.period = std::chrono::milliseconds(100);
+  o.min_period_bytes = 0;
   auto now = Clock::now();
   StreamController c(o, now);
   for (int i = 0; i < 20; ++i) {
@@ -154,4 +159,55 @@ TEST_CASE("stream controller does not grow when no work waits", "[controller]") 
     c.Observe(now, static_cast<uint64_t>(i) * 1000000, false);
   }
   CHECK(c.limit() == 3);
+}
+
+TEST_CASE("stream controller fills a slow, long link whose chunks take seconds per stream", "[controller]") {
+  // 64 KiB / 150 ms connections (437 KB/s each) on a 100 Mbit/s link: 29 streams fill it, and
+  // one 4 MiB chunk takes 9.6 s on a stream, so a stream added now delivers its first chunk
+  // 9.6 s later (the model below). Periods stretch to twice the chunk time, so each raise is
+  // judged on chunks requested after it.
+  StreamControllerOptions o;
+  o.initial = 8;
+  o.max = 256;
+  auto now = Clock::now();
+  StreamController c(o, now);
+  double bytes = 0;
+  int first_at_26 = -1;
+  std::deque<int> limits;  // the limit in each of the last 9.6 s, 100 ms apart
+  for (int ms = 0; ms < 180000; ms += 100) {
+    limits.push_back(c.limit());
+    if (limits.size() > 96) limits.pop_front();
+    const int delivering = limits.front();  // streams that have been running for a chunk time
+    const double per_stream = std::min(437e3, 12.5e6 / c.limit());
+    now += std::chrono::milliseconds(100);
+    bytes += per_stream * delivering * 0.1;
+    c.Observe(now, static_cast<uint64_t>(bytes), true,
+              std::chrono::nanoseconds(static_cast<int64_t>(4194304 / per_stream * 1e9)));
+    if (first_at_26 < 0 && c.limit() >= 26) first_at_26 = ms;
+  }
+  CHECK(first_at_26 >= 0);
+  CHECK(first_at_26 <= 70000);  // 8 -> 12 -> 18 -> 27: three raises judged over ~19 s each
+  CHECK(c.limit() >= 26);
+  CHECK(c.limit() <= 40);
+}
+
+TEST_CASE("stream controller: a refusal by the upstream lowers the limit and caps later raises", "[controller]") {
+  StreamControllerOptions o;
+  o.initial = 8;
+  o.max = 256;
+  o.period = std::chrono::milliseconds(100);
+  o.min_period_bytes = 0;
+  auto now = Clock::now();
+  StreamController c(o, now);
+  c.Refused(6);
+  CHECK(c.limit() == 5);
+  uint64_t bytes = 0;
+  for (int i = 0; i < 100; ++i) {
+    now += std::chrono::milliseconds(100);
+    bytes += static_cast<uint64_t>(1e6 * c.limit());  // every stream helps
+    c.Observe(now, bytes, true);
+    CHECK(c.limit() <= 5);
+  }
+  c.Refused(0);
+  CHECK(c.limit() == 1);  // never below min
 }
