@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -76,8 +77,15 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
                     segment_size=64 * S.MiB, prefetch=256 * S.MiB, arena=256 * S.MiB, slots=16)
     m0 = node.metrics()
     t0 = time.perf_counter()
+    done = threading.Event()
+    trace = []  # (seconds, stream limit, streams running, verified payload bytes)
+    sampler = threading.Thread(target=sample_fetcher, args=(node, t0, done, trace), daemon=True)
+    sampler.start()
     epochs = b.trainer_epochs(sock, dataset, batch_size=16, shuffle=shuffle, seed=7)
     wall = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    print_trace(kind, trace)
     m1 = node.metrics()
     if not epochs:
         raise S.CannotMeasure(f"sc_trainer_bench printed no epoch for {kind}")
@@ -106,6 +114,30 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
             "effective_over_link": goodput / link["rate_mbit"], "wall_s": wall,
             "first_next_ms": e.get("first_next_us", 0) / 1e3,
             "stream_limit": m1.get("shardcache_upstream_stream_limit", 0)}
+
+
+def sample_fetcher(node, t0, done, trace):
+    """Samples the node's fetcher every second until `done`: how the stream pool grew."""
+    while not done.wait(1.0):
+        try:
+            m = node.metrics()
+        except OSError:
+            continue
+        trace.append((time.perf_counter() - t0, m.get("shardcache_upstream_stream_limit", 0),
+                      m.get("shardcache_upstream_fetches_in_flight", 0),
+                      m.get("shardcache_upstream_payload_bytes_total", 0)))
+
+
+def print_trace(kind, trace):
+    """One line per tenth of the run: stream limit, streams running, goodput since the last."""
+    if len(trace) < 2:
+        return
+    step = max(1, len(trace) // 10)
+    points = trace[::step] + ([trace[-1]] if (len(trace) - 1) % step else [])
+    parts = []
+    for (t_a, _, _, b_a), (t_b, limit, running, b_b) in zip(points, points[1:]):
+        parts.append(f"{t_b:.0f}s: {limit:.0f}/{running:.0f} {(b_b - b_a) * 8 / (t_b - t_a) / 1e6:.0f}")
+    print(f"  {kind} fetcher (t: limit/running Mbit/s): " + ", ".join(parts))
 
 
 def peers(b, dataset_dir, link):

@@ -24,11 +24,19 @@ void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool
                                std::chrono::nanoseconds chunk_time) {
   MutexLock lock(&mu_);
   period_saturated_ = period_saturated_ || saturated;
+  if (now < settle_until_) {
+    // Right after a change, chunks requested before it are still arriving: not measured.
+    period_start_ = now;
+    period_bytes_ = total_bytes;
+    return;
+  }
   const auto elapsed = now - period_start_;
   if (elapsed < options_.max_period) {
-    if (elapsed < options_.period || elapsed < 2 * chunk_time) return;
+    if (elapsed < options_.period || elapsed < chunk_time) return;
     if (total_bytes - period_bytes_ < options_.min_period_bytes) return;
   }
+  // The next period starts measuring once one chunk time has passed after a change below.
+  const auto settle = std::min<Clock::duration>(chunk_time, options_.max_period);
   const double seconds = std::chrono::duration<double>(elapsed).count();
   goodput_ = static_cast<double>(total_bytes - period_bytes_) / seconds;
   const bool was_saturated = period_saturated_;
@@ -48,12 +56,14 @@ void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool
       if (limit_ < ceiling_) {
         previous_limit_ = limit_;
         limit_ = NextProbe();
+        settle_until_ = now + settle;
       } else {
         probing_ = false;
       }
     } else {
       // It did not: back to the last good count; from now on probe one stream at a time.
       limit_ = std::max(options_.min, previous_limit_);
+      settle_until_ = now + settle;
       probing_ = false;
       slow_start_ = false;
       hold_ = options_.hold_periods;
@@ -69,6 +79,7 @@ void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool
   if (limit_ < ceiling_) {
     previous_limit_ = limit_;
     limit_ = NextProbe();
+    settle_until_ = now + settle;
     probing_ = true;
   }
 }
@@ -83,10 +94,10 @@ void StreamController::Refused(int running) {
 }
 
 int StreamController::NextProbe() const {
-  // Slow start: +50% per step (8 → 12 → 18 → 27 → 40 → 60 → 90 → 135 → 202), so a long link
-  // needing many streams is filled within a few periods; each step's expected gain dwarfs the measuring noise of whole
+  // Slow start: doubling (8 → 16 → 32 → 64 → 128 → 256), so a long link needing many streams
+  // is filled within a few periods; each step's expected gain dwarfs the measuring noise of whole
   // chunks per period. After the first step that did not help: one stream at a time.
-  const int step = slow_start_ ? std::max(1, limit_ / 2) : 1;
+  const int step = slow_start_ ? limit_ : 1;
   return std::min(ceiling_, limit_ + step);
 }
 

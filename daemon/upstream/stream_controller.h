@@ -8,14 +8,15 @@
 //   * after a raise, goodput did not grow      → go back to the count before the raise and hold
 //                                                for `hold_periods`;
 //   * otherwise (settled, not holding)         → probe a raise.
-// Raises start multiplicative (slow start: +50% per step, as a cross-city link may need tens
+// Raises start multiplicative (slow start: doubling per step, as a cross-city link may need tens
 // or hundreds of streams and one stream more per period would take minutes) and become +1
 // after the first raise that did not help. Without waiting work nothing changes: an idle or
 // lightly used source does not grow.
 //
-// A period lasts at least `period`, at least twice the time one stream takes to bring one
-// chunk (a raise shows in goodput only once chunks requested after it have arrived), and until
-// `min_period_bytes` arrived — all capped at `max_period`. Goodput is seen in whole chunks, and
+// A period starts one chunk time after a change (a raise shows in goodput only once chunks
+// requested after it arrive; what arrives before is not measured) and lasts at least `period`,
+// at least the time one stream takes to bring one chunk, and until `min_period_bytes` arrived —
+// all capped at `max_period`. Goodput is seen in whole chunks, and
 // on a slow link (64 KiB / 150 ms: 9.6 s per 4 MiB chunk per stream) a 400 ms period holds
 // zero or one of them, which would make every comparison noise.
 //
@@ -71,6 +72,7 @@ class StreamController {
   int limit_ GUARDED_BY(mu_);
   int ceiling_ GUARDED_BY(mu_);  // options_.max, lowered by Refused()
   Clock::time_point period_start_ GUARDED_BY(mu_);
+  Clock::time_point settle_until_ GUARDED_BY(mu_);  // no measuring before (after a change)
   uint64_t period_bytes_ GUARDED_BY(mu_) = 0;  // total_bytes at period start
   bool period_saturated_ GUARDED_BY(mu_) = false;
   bool probing_ GUARDED_BY(mu_) = false;    // the last change was a raise
