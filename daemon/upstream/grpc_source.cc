@@ -255,8 +255,12 @@ std::shared_ptr<grpc::Channel> GrpcSource::NewChannel(int index) const {
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 1 << 20);
   // Reconnect quickly after a reset; our own retries pace the attempts.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Despite its name, gRPC core uses this as the least time a connection attempt gets
+  // (MIN_CONNECT_TIMEOUT of doc/connection-backoff.md). At 100 ms, every connection made to an
+  // upstream 150 ms away failed "before receiving SETTINGS frame" (TCP and HTTP/2 handshakes
+  // take a round trip or two) and the stream pool could not grow on long links.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10000);
   // Notice a silently dead connection (blackhole) well before call_timeout.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -526,7 +530,6 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     auto& queue = !demand_.empty() ? demand_ : prefetch_;
     std::shared_ptr<FetchTask> task = std::move(queue.front());
     queue.pop_front();
-    if (!demand_.empty() || !prefetch_.empty()) waited_.store(true);
     // The lowest free slot, so that slots past what the load needs fall idle and close.
     size_t slot = 0;
     while (slot_busy_[slot]) ++slot;  // running_ < limit <= slots, so one is free
@@ -540,6 +543,9 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     }
     Connection& conn = *connections_[slot];  // stays while the slot is busy
     ++running_;
+    running_now_.store(running_);
+    // Work still waits only if every slot the limit allows is taken.
+    if ((!demand_.empty() || !prefetch_.empty()) && running_ >= controller_.limit()) waited_.store(true);
     M().in_flight->Set(running_);
     lock.Unlock();
     if (!task->cancelled.load()) RunTask(*task, conn);
@@ -553,6 +559,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     slot_busy_[slot] = false;
     idle_since = slot_used_[slot] = Clock::now();
     --running_;
+    running_now_.store(running_);
     M().in_flight->Set(running_);
     cv_.NotifyAll();
   }
@@ -560,20 +567,16 @@ void GrpcSource::WorkerLoop(uint64_t id) {
   M().workers->Add(-1);
 }
 
-void GrpcSource::ObserveProgress(std::chrono::nanoseconds chunk_time) {
-  // A moving average over about eight chunks; lost updates between racing streams only drop
-  // a sample.
-  const int64_t before_ns = chunk_time_ns_.load();
-  const int64_t average = before_ns == 0 ? chunk_time.count() : before_ns + (chunk_time.count() - before_ns) / 8;
-  chunk_time_ns_.store(average);
+void GrpcSource::ObserveProgress(uint64_t chunk_bytes, std::chrono::nanoseconds chunk_time) {
   const int before = controller_.limit();
-  controller_.Observe(Clock::now(), payload_bytes_.load(), waited_.exchange(false), std::chrono::nanoseconds(average));
+  controller_.Observe(Clock::now(), payload_bytes_.load(), waited_.exchange(false), chunk_bytes, chunk_time,
+                      running_now_.load());
   const int after = controller_.limit();
   M().goodput->Set(controller_.goodput());
   if (after != before) {
     M().stream_limit->Set(after);
-    spdlog::debug("{}: stream limit {} -> {} (goodput {:.1f} MB/s, {:.2f} s per chunk per stream)", Where(), before,
-                  after, controller_.goodput() / 1e6, static_cast<double>(average) / 1e9);
+    spdlog::debug("{}: stream limit {} -> {} (goodput {:.1f} MB/s, last chunk {:.2f} s on its stream)", Where(),
+                  before, after, controller_.goodput() / 1e6, std::chrono::duration<double>(chunk_time).count());
     {
       MutexLock lock(&mu_);
       SpawnWorkers();
@@ -722,7 +725,7 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   ++p.next;
   p.mismatches = 0;
   a.progressed = true;
-  ObserveProgress(a.chunk_time);
+  ObserveProgress(len, a.chunk_time);
   return !task.cancelled.load();
 }
 

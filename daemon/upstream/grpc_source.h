@@ -161,9 +161,10 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   bool BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p);
   // Publishes `s` to every chunk not yet published.
   void FailRest(FetchTask& task, TaskProgress& p, const Status& s);
-  // Feeds the adaptive controller after progress (`chunk_time`: this chunk's time on its
-  // stream); wakes or starts workers when the limit changed.
-  void ObserveProgress(std::chrono::nanoseconds chunk_time);
+  // Feeds the adaptive controller after a chunk of `chunk_bytes` arrived `chunk_time` after
+  // its stream asked for it (or after the chunk before it); wakes or starts workers when the
+  // limit changed.
+  void ObserveProgress(uint64_t chunk_bytes, std::chrono::nanoseconds chunk_time);
   void AddAuth(grpc::ClientContext* ctx) const;
   // Sleeps until `t`; false when the source is shutting down.
   bool SleepUntil(std::chrono::steady_clock::time_point t);
@@ -201,7 +202,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   std::vector<uint64_t> exited_ GUARDED_BY(mu_);
   uint64_t next_worker_id_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> in_flight_bytes_{0};
-  std::atomic<int64_t> chunk_time_ns_{0};  // moving average of one chunk's time on a stream
+  std::atomic<int> running_now_{0};  // running_, for the controller's reports
   std::atomic<bool> waited_{false};  // work waited for a slot since the controller last looked
   bool stopping_ GUARDED_BY(mu_) = false;
   std::set<grpc::ClientContext*> unary_ GUARDED_BY(mu_);      // unary calls in flight

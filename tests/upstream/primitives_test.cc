@@ -92,7 +92,6 @@ TEST_CASE("stream controller adds streams while goodput grows and backs off when
   o.initial = 2;
   o.max = 16;
   o.period = std::chrono::milliseconds(100);
-  o.min_period_bytes = 0;
   o.hold_periods = 3;
   auto now = Clock::now();
   StreamController c(o, now);
@@ -122,7 +121,6 @@ TEST_CASE("stream controller fills a link that needs many streams within a few p
   o.initial = 4;
   o.max = 16;
   o.period = std::chrono::milliseconds(100);
-  o.min_period_bytes = 0;
   auto now = Clock::now();
   StreamController c(o, now);
   uint64_t bytes = 0;
@@ -152,7 +150,6 @@ TEST_CASE("stream controller does not grow when no work waits", "[controller]") 
   StreamControllerOptions o;
   o.initial = 3;
   o.period = std::chrono::milliseconds(100);
-  o.min_period_bytes = 0;
   auto now = Clock::now();
   StreamController c(o, now);
   for (int i = 0; i < 20; ++i) {
@@ -164,32 +161,62 @@ TEST_CASE("stream controller does not grow when no work waits", "[controller]") 
 
 TEST_CASE("stream controller fills a slow, long link whose chunks take seconds per stream", "[controller]") {
   // 64 KiB / 150 ms connections (437 KB/s each) on a 100 Mbit/s link: 29 streams fill it, and
-  // one 4 MiB chunk takes 9.6 s on a stream, so a stream added now delivers its first chunk
-  // 9.6 s later (the model below). A raise is judged on a period that starts one chunk time
-  // after it and lasts one more, so each raise is judged on chunks requested after it.
+  // one 4 MiB chunk takes 9.6 s on a stream. Streams started together finish together, so
+  // chunks arrive in bursts, one per stream per chunk time, each reporting its own rate.
   StreamControllerOptions o;
   o.initial = 8;
   o.max = 256;
   auto now = Clock::now();
   StreamController c(o, now);
-  double bytes = 0;
+  constexpr double kChunk = 4 << 20;
+  uint64_t bytes = 0;
   int first_at_26 = -1;
-  std::deque<int> limits;  // the limit in each of the last 9.6 s, 100 ms apart
+  // Each stream slot: when its chunk was asked for, and the rate it gets.
+  std::vector<double> started(256, 0);
   for (int ms = 0; ms < 180000; ms += 100) {
-    limits.push_back(c.limit());
-    if (limits.size() > 96) limits.pop_front();
-    const int delivering = limits.front();  // streams that have been running for a chunk time
+    const double t = ms / 1000.0;
     const double per_stream = std::min(437e3, 12.5e6 / c.limit());
     now += std::chrono::milliseconds(100);
-    bytes += per_stream * delivering * 0.1;
-    c.Observe(now, static_cast<uint64_t>(bytes), true,
-              std::chrono::nanoseconds(static_cast<int64_t>(4194304 / per_stream * 1e9)));
+    bool reported = false;
+    for (int s = 0; s < c.limit(); ++s) {
+      const double took = t - started[static_cast<size_t>(s)];
+      if (took * per_stream < kChunk) continue;
+      started[static_cast<size_t>(s)] = t;
+      bytes += static_cast<uint64_t>(kChunk);
+      c.Observe(now, bytes, true, static_cast<uint64_t>(kChunk),
+                std::chrono::nanoseconds(static_cast<int64_t>(took * 1e9)));
+      reported = true;
+    }
+    if (!reported) c.Observe(now, bytes, true);
     if (first_at_26 < 0 && c.limit() >= 26) first_at_26 = ms;
   }
   CHECK(first_at_26 >= 0);
-  CHECK(first_at_26 <= 45000);  // 8 -> 16 -> 32: two raises judged over ~20 s each
+  CHECK(first_at_26 <= 45000);  // 8 -> 16 -> 32: each raise judged a chunk time after it
   CHECK(c.limit() >= 26);
   CHECK(c.limit() <= 40);
+}
+
+TEST_CASE("stream controller: the rate each chunk reports, not the bursts they arrive in, decides", "[controller]") {
+  // A link needing 8 streams of 17.5 MB/s (1 Gbit/s, 512 KiB / 30 ms): 16 streams get 7.8 MB/s
+  // each. A raise to 16 and beyond must not be kept however the arrivals bunch up.
+  StreamControllerOptions o;
+  o.initial = 8;
+  o.max = 256;
+  auto now = Clock::now();
+  StreamController c(o, now);
+  uint64_t bytes = 0;
+  int max_seen = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const double per_stream = std::min(17.5e6, 125e6 / c.limit());
+    const double took = 4194304 / per_stream;
+    now += std::chrono::microseconds(static_cast<int64_t>(took * 1e6 / c.limit()));
+    bytes += 4194304;
+    c.Observe(now, bytes, true, 4194304, std::chrono::nanoseconds(static_cast<int64_t>(took * 1e9)));
+    max_seen = std::max(max_seen, c.limit());
+  }
+  CHECK(c.limit() >= 8);
+  CHECK(c.limit() <= 9);
+  CHECK(max_seen <= 16);
 }
 
 TEST_CASE("stream controller: a refusal by the upstream lowers the limit and caps later raises", "[controller]") {
@@ -197,7 +224,6 @@ TEST_CASE("stream controller: a refusal by the upstream lowers the limit and cap
   o.initial = 8;
   o.max = 256;
   o.period = std::chrono::milliseconds(100);
-  o.min_period_bytes = 0;
   auto now = Clock::now();
   StreamController c(o, now);
   c.Refused(6);
