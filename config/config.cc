@@ -314,12 +314,12 @@ const std::vector<KeySpec>& Specs() {
         SC_SAME(fetch.bandwidth_bytes_per_s));
     add("fetch.connections", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
-          if (auto v = ReadCount(n, k, p, 1, 256)) c.fetch.connections = *v;
+          if (auto v = ReadCount(n, k, p, 1, upstream::kMaxMaxConnections)) c.fetch.connections = *v;
         },
         SC_SAME(fetch.connections));
     add("fetch.max_connections", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
-          if (auto v = ReadCount(n, k, p, 1, 256)) c.fetch.max_connections = *v;
+          if (auto v = ReadCount(n, k, p, 1, upstream::kMaxMaxConnections)) c.fetch.max_connections = *v;
         },
         SC_SAME(fetch.max_connections));
     add("fetch.timeout", false,
@@ -337,6 +337,11 @@ const std::vector<KeySpec>& Specs() {
           if (auto v = ReadCount(n, k, p, 0, 100)) c.fetch.retries = *v;
         },
         SC_SAME(fetch.retries));
+    add("fetch.max_in_flight", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadSize(n, k, p)) c.fetch.max_in_flight_bytes = *v;
+        },
+        SC_SAME(fetch.max_in_flight_bytes));
     add("fetch.prefetch", true,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadSize(n, k, p)) c.fetch.prefetch_bytes = *v;

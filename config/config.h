@@ -67,6 +67,7 @@ struct Config {
     // Unavailable (naming the upstream and its last error).
     std::chrono::milliseconds outage_timeout = upstream::kDefaultOutageTimeout;
     uint32_t retries = upstream::kDefaultRetries;  // attempts after the first, jittered backoff
+    uint64_t max_in_flight_bytes = upstream::kDefaultMaxInFlightBytes;  // fetched, not yet delivered
     uint64_t prefetch_bytes = serve::kDefaultLookaheadBytes;  // per-loader planned prefetch
     bool operator==(const Fetch&) const = default;
   } fetch;

@@ -18,6 +18,7 @@ upstream::GrpcSourceOptions GrpcSourceOptionsFor(const config::Config& c, const 
   o.call_timeout = c.fetch.timeout;
   o.outage_timeout = c.fetch.outage_timeout;
   o.max_retries = static_cast<int>(c.fetch.retries);
+  o.max_in_flight_bytes = c.fetch.max_in_flight_bytes;
   return o;
 }
 

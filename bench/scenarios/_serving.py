@@ -107,7 +107,7 @@ prefetch = "{prefetch}"
 arena_size = "{arena}"
 slots = {slots}
 [log]
-level = "warn"
+level = "{os.environ.get('SHARDCACHE_BENCH_LOG_LEVEL', 'warn')}"
 {extra}
 """)
         log = open(self.path(name + ".log"), "w")

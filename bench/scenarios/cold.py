@@ -1,5 +1,6 @@
 #!/usr/bin/python3
 """bench/run cold [--quick] [--rtt-ms 30] [--rate-mbit 1000] [--window-kib 512] [--shuffle global]
+                 [--stall-prob 0] [--stall-ms 0]
 
 Cold epoch over a modelled long-distance link: origin shardcached (file upstream) → wanem
 (/work/shared/tools/wanem.py, or $SHARDCACHE_WANEM) → node shardcached with an empty cache →
@@ -20,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -27,6 +29,7 @@ import _serving as S  # noqa: E402
 from fetch import start_nginx, wait_port  # noqa: E402
 
 WANEM = os.environ.get("SHARDCACHE_WANEM", "/work/shared/tools/wanem.py")
+CURL_SECONDS = 60
 
 
 def start_wanem(b, name, upstream_port, link):
@@ -37,6 +40,7 @@ def start_wanem(b, name, upstream_port, link):
                           "--upstream", f"127.0.0.1:{upstream_port}",
                           "--rtt-ms", str(link["rtt_ms"]), "--rate-mbit", str(link["rate_mbit"]),
                           "--window-kib", str(link["window_kib"]),
+                          "--stall-prob", str(link["stall_prob"]), "--stall-ms", str(link["stall_ms"]),
                           "--stats-file", b.path(name + ".stats.json"), "--ready-file", ready],
                          stdout=log, stderr=subprocess.STDOUT)
     b.procs.append(p)
@@ -73,8 +77,15 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
                     segment_size=64 * S.MiB, prefetch=256 * S.MiB, arena=256 * S.MiB, slots=16)
     m0 = node.metrics()
     t0 = time.perf_counter()
+    done = threading.Event()
+    trace = []  # (seconds, stream limit, streams running, verified payload bytes)
+    sampler = threading.Thread(target=sample_fetcher, args=(node, t0, done, trace), daemon=True)
+    sampler.start()
     epochs = b.trainer_epochs(sock, dataset, batch_size=16, shuffle=shuffle, seed=7)
     wall = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    print_trace(kind, trace)
     m1 = node.metrics()
     if not epochs:
         raise S.CannotMeasure(f"sc_trainer_bench printed no epoch for {kind}")
@@ -97,9 +108,36 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
     print(f"  {kind:14s}: {e['bytes'] / S.MiB:7.1f} MiB in {wall:6.2f} s = {goodput:7.1f} Mbit/s "
           f"goodput ({goodput / link['rate_mbit']:.2f} × link); wire {wire / S.MiB:.1f} MiB, "
           f"payload {payload / S.MiB:.1f} MiB (ratio {ratio:.2f}), {fetched:.0f} chunks fetched, "
-          f"client stall {e.get('stall_fraction', 0):.2f}")
+          f"client stall {e.get('stall_fraction', 0):.2f}, first batch {e.get('first_next_us', 0) / 1e3:.0f} ms, "
+          f"stream limit {m1.get('shardcache_upstream_stream_limit', 0):.0f}")
     return {"goodput_mbit": goodput, "wire_bytes": int(wire), "compression_ratio": ratio,
-            "effective_over_link": goodput / link["rate_mbit"], "wall_s": wall}
+            "effective_over_link": goodput / link["rate_mbit"], "wall_s": wall,
+            "first_next_ms": e.get("first_next_us", 0) / 1e3,
+            "stream_limit": m1.get("shardcache_upstream_stream_limit", 0)}
+
+
+def sample_fetcher(node, t0, done, trace):
+    """Samples the node's fetcher every second until `done`: how the stream pool grew."""
+    while not done.wait(1.0):
+        try:
+            m = node.metrics()
+        except OSError:
+            continue
+        trace.append((time.perf_counter() - t0, m.get("shardcache_upstream_stream_limit", 0),
+                      m.get("shardcache_upstream_fetches_in_flight", 0),
+                      m.get("shardcache_upstream_payload_bytes_total", 0)))
+
+
+def print_trace(kind, trace):
+    """One line per tenth of the run: stream limit, streams running, goodput since the last."""
+    if len(trace) < 2:
+        return
+    step = max(1, len(trace) // 10)
+    points = trace[::step] + ([trace[-1]] if (len(trace) - 1) % step else [])
+    parts = []
+    for (t_a, _, _, b_a), (t_b, limit, running, b_b) in zip(points, points[1:]):
+        parts.append(f"{t_b:.0f}s: {limit:.0f}/{running:.0f} {(b_b - b_a) * 8 / (t_b - t_a) / 1e6:.0f}")
+    print(f"  {kind} fetcher (t: limit/running Mbit/s): " + ", ".join(parts))
 
 
 def peers(b, dataset_dir, link):
@@ -131,27 +169,36 @@ def peers(b, dataset_dir, link):
         raise S.CannotMeasure(f"aria2c failed ({r.returncode}): {r.stdout[-1000:]}")
     if check_and_clear() != total:
         raise S.CannotMeasure("aria2c downloaded a different byte count")
+    # curl, one file at a time, for at most CURL_SECONDS: one connection on a narrow window
+    # (64 KiB / 150 ms = 3.5 Mbit/s) would take most of an hour for the whole dataset; its rate
+    # is the bytes it wrote over the time it ran.
     t0 = time.perf_counter()
     for s in shards:
-        c = subprocess.run(["curl", "-s", "-f", "-o", os.path.join(out, s), base + s])
+        left = CURL_SECONDS - (time.perf_counter() - t0)
+        if left <= 0:
+            break
+        c = subprocess.run(["curl", "-s", "-f", "--max-time", f"{left:.1f}", "-o", os.path.join(out, s), base + s])
+        if c.returncode == 28:  # --max-time reached; the partial file counts
+            break
         if c.returncode != 0:
             raise S.CannotMeasure(f"curl failed with {c.returncode}")
     curl_wall = time.perf_counter() - t0
-    if check_and_clear() != total:
-        raise S.CannotMeasure("curl downloaded a different byte count")
+    curl_bytes = check_and_clear()
+    if curl_bytes <= 0:
+        raise S.CannotMeasure("curl downloaded nothing")
     stop(b, wanem)
-    aria, curl = total * 8 / aria_wall / 1e6, total * 8 / curl_wall / 1e6
+    aria, curl = total * 8 / aria_wall / 1e6, curl_bytes * 8 / curl_wall / 1e6
     print(f"  aria2c -x16 -s16: {total / S.MiB:.1f} MiB in {aria_wall:.2f} s = {aria:.1f} Mbit/s")
-    print(f"  curl (one file at a time): {total / S.MiB:.1f} MiB in {curl_wall:.2f} s = {curl:.1f} Mbit/s")
+    print(f"  curl (one file at a time): {curl_bytes / S.MiB:.1f} MiB in {curl_wall:.2f} s = {curl:.1f} Mbit/s")
     return aria, curl
 
 
 def body(quick, argv):
-    link = {"rtt_ms": 30.0, "rate_mbit": 1000.0, "window_kib": 512}
+    link = {"rtt_ms": 30.0, "rate_mbit": 1000.0, "window_kib": 512, "stall_prob": 0.0, "stall_ms": 0.0}
     shuffle = "global"
     it = iter(argv)
     for a in it:
-        if a in ("--rtt-ms", "--rate-mbit"):
+        if a in ("--rtt-ms", "--rate-mbit", "--stall-prob", "--stall-ms"):
             link[a[2:].replace("-", "_")] = float(next(it))
         elif a == "--window-kib":
             link["window_kib"] = int(next(it))
@@ -172,7 +219,7 @@ def body(quick, argv):
     shards, per_shard = (4, 256) if quick else (8, 2048)  # 64 MiB quick, 1 GiB full
     dataset_bytes = shards * per_shard * record
     print(f"link: wanem rtt {link['rtt_ms']:g} ms, rate {link['rate_mbit']:g} Mbit/s, window "
-          f"{link['window_kib']} KiB per connection; dataset {dataset_bytes / S.MiB:.0f} MiB per kind "
+          f"{link['window_kib']} KiB per connection, stalls p={link['stall_prob']:g} x {link['stall_ms']:g} ms; dataset {dataset_bytes / S.MiB:.0f} MiB per kind "
           f"({shards} shards of {per_shard} × {record // 1024} KiB records, 4 MiB chunks), "
           f"shuffle {shuffle}, cold node cache")
     ds = {}
@@ -198,9 +245,14 @@ def body(quick, argv):
         "aria2c_mbit": round(aria, 1),
         "curl_mbit": round(curl, 1),
         "over_best_peer": round(inc["goodput_mbit"] / best, 3),
+        "first_next_ms": round(inc["first_next_ms"], 1),
+        "first_next_ms_tokens": round(tok["first_next_ms"], 1),
+        "stream_limit": inc["stream_limit"],
         "dataset_bytes": dataset_bytes,
         "rtt_ms": link["rtt_ms"],
         "window_kib": link["window_kib"],
+        "stall_prob": link["stall_prob"],
+        "stall_ms": link["stall_ms"],
         "shuffle": shuffle,
     }
 

@@ -55,10 +55,11 @@ struct OriginServiceOptions {
   size_t queue_depth = 2;
   // Longest a single call may run when the client set no deadline.
   std::chrono::seconds max_call_duration{3600};
-  // Calls running at once, in all and per client address (IP; one downstream daemon uses
-  // fetch.max_connections streams plus a few unary calls). Default: 512 and 128.
-  uint32_t max_calls = 512;
-  uint32_t max_calls_per_client = 128;
+  // Calls running at once, in all and per client address (IP; one downstream daemon uses up
+  // to fetch.max_connections streams, 256 by default, plus a few unary calls; past this cap it
+  // is answered RESOURCE_EXHAUSTED and its fetcher settles below it). Default: 1024 and 320.
+  uint32_t max_calls = 1024;
+  uint32_t max_calls_per_client = 320;
   // Encoded messages queued ahead of the network over all streams, beyond the first of each.
   // Default: 256 MiB.
   uint64_t max_queued_bytes = 256ull << 20;

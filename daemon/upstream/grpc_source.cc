@@ -37,6 +37,8 @@ struct UpstreamMetrics {
   metrics::Gauge* in_flight;
   metrics::Gauge* stream_limit;
   metrics::Gauge* goodput;
+  metrics::Gauge* workers;
+  metrics::Gauge* in_flight_bytes;
 };
 
 const UpstreamMetrics& M() {
@@ -47,6 +49,9 @@ const UpstreamMetrics& M() {
         r.GetGauge("shardcache_upstream_stream_limit", "Adaptive limit of concurrent streams"),
         r.GetGauge("shardcache_upstream_goodput_bytes_per_second",
                    "Verified bytes per second fetched in the last measuring period"),
+        r.GetGauge("shardcache_upstream_workers", "Upstream fetch threads alive (one per busy or recently used slot)"),
+        r.GetGauge("shardcache_upstream_in_flight_bytes",
+                   "Chunk bytes requested from the upstream and not yet handed to their readers"),
     };
   }();
   return m;
@@ -178,21 +183,23 @@ Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options
   } else {
     creds = grpc::InsecureChannelCredentials();
   }
+  if (options.max_connections > kMaxMaxConnections) {
+    return InvalidArgument("fetch.max_connections must be at most " + std::to_string(kMaxMaxConnections));
+  }
+  if (options.max_in_flight_bytes == 0) return InvalidArgument("fetch.max_in_flight must be > 0");
   std::unique_ptr<GrpcSource> src(new GrpcSource(options));
   src->creds_ = std::move(creds);
-  const int n = std::max(1, options.max_connections);
-  for (int i = 0; i < n; ++i) {
-    auto conn = std::make_unique<Connection>();
-    conn->channel = src->NewChannel(i);
-    conn->stub = v1::Origin::NewStub(conn->channel);
-    src->connections_.push_back(std::move(conn));
-  }
+  src->control_ = std::make_unique<Connection>();
+  src->control_->channel = src->NewChannel(-2);
+  src->control_->stub = v1::Origin::NewStub(src->control_->channel);
   {
     MutexLock lock(&src->mu_);  // not shared yet; taken for the analysis
-    src->slot_busy_.assign(static_cast<size_t>(n), false);
-    src->running_conn_.assign(static_cast<size_t>(n), nullptr);
+    const auto n = static_cast<size_t>(options.max_connections);
+    src->connections_.resize(n);
+    src->slot_busy_.assign(n, false);
+    src->running_conn_.assign(n, nullptr);
+    src->slot_used_.assign(n, Clock::time_point());
   }
-  for (int i = 0; i < n; ++i) src->workers_.emplace_back([s = src.get()] { s->WorkerLoop(); });
   src->prober_ = std::thread([s = src.get()] { s->ProbeLoop(); });
   M().stream_limit->Set(src->controller_.limit());
   src->stats_source_ = metrics::Registry::Global().AddSource(src.get());
@@ -202,7 +209,12 @@ Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options
 GrpcSource::~GrpcSource() {
   stats_source_.Reset();  // its last counts stay in the Registry's series
   Shutdown();
-  for (auto& w : workers_) w.join();
+  std::map<uint64_t, std::thread> workers;
+  {
+    MutexLock lock(&mu_);  // stopping_: no worker starts after this
+    workers.swap(workers_);
+  }
+  for (auto& [id, w] : workers) w.join();
   if (prober_.joinable()) prober_.join();
 }
 
@@ -243,8 +255,12 @@ std::shared_ptr<grpc::Channel> GrpcSource::NewChannel(int index) const {
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 1 << 20);
   // Reconnect quickly after a reset; our own retries pace the attempts.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Despite its name, gRPC core uses this as the least time a connection attempt gets
+  // (MIN_CONNECT_TIMEOUT of doc/connection-backoff.md). At 100 ms, every connection made to an
+  // upstream 150 ms away failed "before receiving SETTINGS frame" (TCP and HTTP/2 handshakes
+  // take a round trip or two) and the stream pool could not grow on long links.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10000);
   // Notice a silently dead connection (blackhole) well before call_timeout.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -274,6 +290,13 @@ void GrpcSource::ProbeLoop() {
   std::unique_ptr<v1::Origin::Stub> probe;
   MutexLock lock(&mu_);
   while (!stopping_) {
+    if (auto idle = TakeIdleConnections(Clock::now()); !idle.empty()) {
+      lock.Unlock();
+      spdlog::debug("{}: closed {} idle connections", Where(), idle.size());
+      idle.clear();
+      lock.Lock();
+      continue;
+    }
     // Attempts still waiting on an upstream that has been silent for the whole bound (a
     // blackholed stream notices nothing by itself until keepalive) are ended; their tasks
     // then fail with the outage error.
@@ -303,12 +326,16 @@ void GrpcSource::ProbeLoop() {
     const Status answer = FromGrpc(probe->GetManifest(&ctx, req, &resp));
     spdlog::debug("{}: probe answered in {:.3f} s: {}", Where(),
                   std::chrono::duration<double>(Clock::now() - started).count(), answer.ToString());
-    if (!ProbeAnswered(answer)) {
-      probe.reset();
-    } else if (!was_up) {
+    lock.Lock();
+    if (ProbeAnswered(answer) && !was_up) {
       // Back: the data connections retry at once instead of waiting out their backoff.
-      for (auto& c : connections_) grpc::experimental::ChannelResetConnectionBackoff(c->channel.get());
+      grpc::experimental::ChannelResetConnectionBackoff(control_->channel.get());
+      for (auto& c : connections_) {
+        if (c != nullptr) grpc::experimental::ChannelResetConnectionBackoff(c->channel.get());
+      }
     }
+    lock.Unlock();
+    if (!ProbeAnswered(answer)) probe.reset();
     lock.Lock();
     probe_ctx_ = nullptr;
     if (stopping_) break;
@@ -334,7 +361,7 @@ Status GrpcSource::UnaryWithRetries(const std::string& what, Call&& call) {
       if (stopping_) return Cancelled(Where() + ": " + what + ": shardcached is stopping");
       unary_.insert(&ctx);  // Shutdown() cancels it
     }
-    last = FromGrpc(call(*connections_[0]->stub, &ctx));
+    last = FromGrpc(call(*control_->stub, &ctx));
     {
       MutexLock lock(&mu_);
       unary_.erase(&ctx);
@@ -458,30 +485,70 @@ void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
     }
     if (running_ >= controller_.limit()) waited_.store(true);
     (task->priority == FetchPriority::kDemand ? demand_ : prefetch_).push_back(std::move(task));
+    SpawnWorkers();
   }
   cv_.NotifyAll();
 }
 
-void GrpcSource::WorkerLoop() {
+void GrpcSource::SpawnWorkers() {
+  if (stopping_) return;  // the destructor joins them all
+  for (const uint64_t id : exited_) {
+    auto it = workers_.find(id);
+    it->second.join();  // it has left WorkerLoop; only its return is left
+    workers_.erase(it);
+  }
+  exited_.clear();
+  const size_t queued = demand_.size() + prefetch_.size();
+  const size_t limit = static_cast<size_t>(std::min<int>(controller_.limit(), static_cast<int>(slot_busy_.size())));
+  // Workers not running a task are idle or just started: each takes one queued task.
+  while (workers_.size() < limit && workers_.size() - static_cast<size_t>(running_) < queued) {
+    const uint64_t id = next_worker_id_++;
+    workers_.emplace(id, std::thread([this, id] { WorkerLoop(id); }));
+    M().workers->Add(1);
+  }
+}
+
+std::vector<std::unique_ptr<GrpcSource::Connection>> GrpcSource::TakeIdleConnections(Clock::time_point now) {
+  std::vector<std::unique_ptr<Connection>> idle;
+  for (size_t i = 0; i < connections_.size(); ++i) {
+    if (connections_[i] != nullptr && !slot_busy_[i] && now - slot_used_[i] >= options_.idle_release) {
+      idle.push_back(std::move(connections_[i]));
+    }
+  }
+  return idle;
+}
+
+void GrpcSource::WorkerLoop(uint64_t id) {
   MutexLock lock(&mu_);
+  auto idle_since = Clock::now();
   while (true) {
-    cv_.Wait(&mu_, [&]() REQUIRES(mu_) {
+    const bool has_work = cv_.WaitUntil(&mu_, idle_since + options_.idle_release, [&]() REQUIRES(mu_) {
       return stopping_ || ((!demand_.empty() || !prefetch_.empty()) && running_ < controller_.limit());
     });
-    if (stopping_) return;
+    if (stopping_ || !has_work) break;  // stopping, or idle for idle_release: the pool shrinks
     // Demand first: prefetch work starts only when no demand work waits.
     auto& queue = !demand_.empty() ? demand_ : prefetch_;
     std::shared_ptr<FetchTask> task = std::move(queue.front());
     queue.pop_front();
-    if (!demand_.empty() || !prefetch_.empty()) waited_.store(true);
+    // The lowest free slot, so that slots past what the load needs fall idle and close.
     size_t slot = 0;
     while (slot_busy_[slot]) ++slot;  // running_ < limit <= slots, so one is free
     slot_busy_[slot] = true;
     running_conn_[slot] = task.get();
+    if (connections_[slot] == nullptr) {
+      auto conn = std::make_unique<Connection>();
+      conn->channel = NewChannel(static_cast<int>(slot));
+      conn->stub = v1::Origin::NewStub(conn->channel);
+      connections_[slot] = std::move(conn);
+    }
+    Connection& conn = *connections_[slot];  // stays while the slot is busy
     ++running_;
+    running_now_.store(running_);
+    // Work still waits only if every slot the limit allows is taken.
+    if ((!demand_.empty() || !prefetch_.empty()) && running_ >= controller_.limit()) waited_.store(true);
     M().in_flight->Set(running_);
     lock.Unlock();
-    if (!task->cancelled.load()) RunTask(*task, *connections_[slot]);
+    if (!task->cancelled.load()) RunTask(*task, conn);
     lock.Lock();
     running_conn_[slot] = nullptr;
     lock.Unlock();
@@ -490,21 +557,30 @@ void GrpcSource::WorkerLoop() {
     task.reset();
     lock.Lock();
     slot_busy_[slot] = false;
+    idle_since = slot_used_[slot] = Clock::now();
     --running_;
+    running_now_.store(running_);
     M().in_flight->Set(running_);
     cv_.NotifyAll();
   }
+  exited_.push_back(id);
+  M().workers->Add(-1);
 }
 
-void GrpcSource::ObserveProgress() {
+void GrpcSource::ObserveProgress(uint64_t chunk_bytes, std::chrono::nanoseconds chunk_time) {
   const int before = controller_.limit();
-  controller_.Observe(Clock::now(), payload_bytes_.load(), waited_.exchange(false));
+  controller_.Observe(Clock::now(), payload_bytes_.load(), waited_.exchange(false), chunk_bytes, chunk_time,
+                      running_now_.load());
   const int after = controller_.limit();
   M().goodput->Set(controller_.goodput());
   if (after != before) {
     M().stream_limit->Set(after);
-    spdlog::debug("{}: stream limit {} -> {} (goodput {:.1f} MB/s)", Where(), before, after,
-                  controller_.goodput() / 1e6);
+    spdlog::debug("{}: stream limit {} -> {} (goodput {:.1f} MB/s, last chunk {:.2f} s on its stream)", Where(),
+                  before, after, controller_.goodput() / 1e6, std::chrono::duration<double>(chunk_time).count());
+    {
+      MutexLock lock(&mu_);
+      SpawnWorkers();
+    }
     cv_.NotifyAll();
   }
 }
@@ -525,7 +601,8 @@ struct GrpcSource::Attempt {
   bool stopped_early = false;  // we left the stream before the server ended it
   Status local;                // a problem we found in what arrived
   Clock::time_point last_heard;
-  grpc::Status finished;       // the stream's own status
+  Clock::duration chunk_time{};  // between the last message and the one before (or the start)
+  grpc::Status finished;         // the stream's own status
 };
 
 void GrpcSource::FailRest(FetchTask& task, TaskProgress& p, const Status& s) {
@@ -587,7 +664,9 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
   Attempt a;
   a.last_heard = Clock::now();
   while (reader->Read(&msg)) {
-    a.last_heard = Clock::now();
+    const auto now = Clock::now();
+    a.chunk_time = now - a.last_heard;
+    a.last_heard = now;
     health_.OnAnswer();
     if (!Receive(task, msg, p, a)) {
       a.stopped_early = true;
@@ -646,7 +725,7 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   ++p.next;
   p.mismatches = 0;
   a.progressed = true;
-  ObserveProgress();
+  ObserveProgress(len, a.chunk_time);
   return !task.cancelled.load();
 }
 
@@ -654,6 +733,18 @@ bool GrpcSource::BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p
   Status s = a.local.ok() ? FromGrpc(a.finished) : a.local;
   if (s.ok()) {
     s = Unavailable("stream ended at chunk " + std::to_string(p.next) + " before the end of the range");
+  }
+  if (a.local.ok() && s.code() == StatusCode::kResourceExhausted) {
+    // The upstream caps our calls: settle below the count that ran when it said so.
+    int running = 0;
+    {
+      MutexLock lock(&mu_);
+      running = running_;
+    }
+    controller_.Refused(running);
+    M().stream_limit->Set(controller_.limit());
+    SC_LOG_RATE_LIMITED(spdlog::level::warn, "{} refused a stream with {} running ({}); stream limit now {}", Where(),
+                        running, s.message(), controller_.limit());
   }
   if (a.local.ok() && !Retryable(s.code())) {
     if (ProbeAnswered(s)) health_.OnAnswer();
@@ -705,11 +796,25 @@ Status GrpcSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t firs
   auto cancel_mine = [&] {
     for (auto& t : mine) t->Cancel();
   };
+  // The in-flight budget this call holds: the bytes of chunks [delivered, launched).
+  auto bytes_of = [&](uint64_t from, uint64_t to) {
+    uint64_t b = 0;
+    for (uint64_t c = from; c < to; ++c) b += dataset::ChunkLength(d->manifest, shard, c);
+    return b;
+  };
+  struct Held {
+    GrpcSource* source;
+    uint64_t bytes = 0;
+    ~Held() { source->ReleaseInFlight(bytes); }
+  } held{this};
 
   while (delivered < end) {
     const uint64_t window = per * static_cast<uint64_t>(controller_.limit() + 1);
     while (launched < end && launched - delivered < window) {
       const uint64_t stop = std::min(end, launched + per);
+      const uint64_t bytes = bytes_of(launched, stop);
+      if (!ReserveInFlight(bytes, /*force=*/launched == delivered)) break;
+      held.bytes += bytes;
       launch(launched, stop, false);
       launched = stop;
     }
@@ -738,9 +843,27 @@ Status GrpcSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t firs
       return s;
     }
     pending.pop_front();
+    const uint64_t bytes = bytes_of(delivered, delivered + 1);
+    ReleaseInFlight(bytes);
+    held.bytes -= bytes;
     ++delivered;
   }
   return Status::Ok();
+}
+
+bool GrpcSource::ReserveInFlight(uint64_t bytes, bool force) {
+  uint64_t now = in_flight_bytes_.load();
+  do {
+    if (!force && now + bytes > options_.max_in_flight_bytes) return false;
+  } while (!in_flight_bytes_.compare_exchange_weak(now, now + bytes));
+  M().in_flight_bytes->Add(static_cast<double>(bytes));
+  return true;
+}
+
+void GrpcSource::ReleaseInFlight(uint64_t bytes) {
+  if (bytes == 0) return;
+  in_flight_bytes_.fetch_sub(bytes);
+  M().in_flight_bytes->Add(-static_cast<double>(bytes));
 }
 
 void GrpcSource::Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint64_t to,
@@ -802,6 +925,11 @@ GrpcSource::Stats GrpcSource::stats() const {
   s.checksum_failures = checksum_failures_.load();
   s.stream_limit = controller_.limit();
   s.goodput_bytes_per_s = controller_.goodput();
+  s.in_flight_bytes = in_flight_bytes_.load();
+  MutexLock lock(&mu_);
+  s.workers = static_cast<int>(workers_.size() - exited_.size());
+  s.open_connections = static_cast<int>(std::count_if(connections_.begin(), connections_.end(),
+                                                      [](const auto& c) { return c != nullptr; }));
   return s;
 }
 

@@ -2,15 +2,20 @@
 // (upstream = "grpc://host:port" or "grpcs://host:port") — the node side of the long link.
 //
 // How it fills a long, high-latency link:
-//   * `max_connections` independent HTTP/2 connections (one channel each, kept apart with
-//     GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL plus a distinct channel argument), large fixed
-//     flow-control windows (64 MiB stream lookahead, 1 MiB frames). One stream runs per
-//     connection at a time, so each stream gets a whole window.
+//   * Up to `max_connections` stream slots, each an independent HTTP/2 connection (one channel
+//     each, kept apart with GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL plus a distinct channel
+//     argument) with large fixed flow-control windows (64 MiB stream lookahead, 1 MiB frames).
+//     One stream runs per connection at a time, so each stream gets a whole window.
+//   * The number of concurrent streams starts at `connections` and hill-climbs on measured
+//     goodput (StreamController); `max_connections` (256) is only a safety cap. Worker threads
+//     and connections are made when the limit and the waiting work first need them, and
+//     released after `idle_release` unused, so the pool costs nothing while the cache serves.
+//     An upstream that refuses streams for want of capacity lowers the ceiling.
 //   * ReadChunks splits its range into sub-ranges of up to `chunks_per_stream` chunks, fetched
 //     concurrently, and delivers chunks to the sink strictly in order. At most (limit + 1)
-//     sub-ranges per call are outstanding ahead of the delivery point, which bounds memory.
-//   * The number of concurrent streams starts at `connections` and hill-climbs on measured
-//     goodput up to `max_connections` (StreamController).
+//     sub-ranges per call are outstanding ahead of the delivery point, and all calls together
+//     hold at most `max_in_flight_bytes` of requested, undelivered chunks (each call may always
+//     have one sub-range out, so the budget slows fetching but never stalls it).
 //   * Demand before prefetch: a free stream slot always goes to waiting demand work first;
 //     prefetch work starts only when no demand work waits.
 //   * A global bandwidth cap (TokenBucket) shared by all streams; SetBandwidth changes it live.
@@ -108,6 +113,9 @@ class GrpcSource final : public ChunkSource, public stats::Source {
     uint64_t checksum_failures = 0;  // chunks that failed verification (refetched)
     int stream_limit = 0;            // current adaptive limit
     double goodput_bytes_per_s = 0;  // last measured
+    int workers = 0;                 // worker threads alive
+    int open_connections = 0;        // stream slots with a channel
+    uint64_t in_flight_bytes = 0;    // requested chunk bytes not yet delivered
   };
   Stats stats() const;
   // The counters of stats(), for /metrics (shardcache_upstream_*_total).
@@ -123,12 +131,22 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // A channel to the upstream with its own TCP connection (`index` keeps channels apart).
   std::shared_ptr<grpc::Channel> NewChannel(int index) const;
   void Submit(std::shared_ptr<FetchTask> task);
+  // Starts worker threads while queued work outnumbers the idle workers and the limit allows;
+  // joins workers that exited.
+  void SpawnWorkers() REQUIRES(mu_);
+  // Takes out the channels of free slots unused for idle_release (destroy them unlocked).
+  std::vector<std::unique_ptr<Connection>> TakeIdleConnections(std::chrono::steady_clock::time_point now)
+      REQUIRES(mu_);
+  // Reserves `bytes` of the in-flight budget; `force` (the caller has nothing outstanding)
+  // reserves past it.
+  bool ReserveInFlight(uint64_t bytes, bool force);
+  void ReleaseInFlight(uint64_t bytes);
   // Starts fetches for chunks [from, to) of a ReadChunks call: chunks nobody fetches yet become
   // its own tasks (`mine`, grouped into contiguous runs); chunks already in flight are waited
   // for. Their handles go to the front of `pending` (in order) or to its back.
   void Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint64_t to, const ReadOptions& options,
               bool front, std::deque<Flights::Flight>* pending, std::vector<std::shared_ptr<FetchTask>>* mine);
-  void WorkerLoop();
+  void WorkerLoop(uint64_t id);
   // Probes the upstream when health_ says one is due (see above), until shutdown.
   void ProbeLoop();
   struct TaskProgress;
@@ -143,41 +161,53 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   bool BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p);
   // Publishes `s` to every chunk not yet published.
   void FailRest(FetchTask& task, TaskProgress& p, const Status& s);
-  // Feeds the adaptive controller after progress; wakes workers when the limit changed.
-  void ObserveProgress();
+  // Feeds the adaptive controller after a chunk of `chunk_bytes` arrived `chunk_time` after
+  // its stream asked for it (or after the chunk before it); wakes or starts workers when the
+  // limit changed.
+  void ObserveProgress(uint64_t chunk_bytes, std::chrono::nanoseconds chunk_time);
   void AddAuth(grpc::ClientContext* ctx) const;
   // Sleeps until `t`; false when the source is shutting down.
   bool SleepUntil(std::chrono::steady_clock::time_point t);
   // GetManifest of `name`, remembered in manifests_; `stale` (the last one known, may be null)
   // when the upstream cannot be reached.
   Result<DatasetPtr> FetchManifest(const std::string& name, const DatasetPtr& stale);
-  // Runs a unary call on connection 0 with a deadline of call_timeout and retries.
+  // Runs a unary call on the control connection with a deadline of call_timeout and retries.
   template <typename Call>
   Status UnaryWithRetries(const std::string& what, Call&& call);
   std::string Where() const;
 
   const GrpcSourceOptions options_;
-  std::shared_ptr<grpc::ChannelCredentials> creds_;        // constant after construction
-  std::vector<std::unique_ptr<Connection>> connections_;  // constant after construction
+  std::shared_ptr<grpc::ChannelCredentials> creds_;  // constant after construction
+  std::unique_ptr<Connection> control_;              // unary calls; constant after construction
   TokenBucket bucket_;
   StreamController controller_;
   Flights flights_;
   UpstreamHealth health_;
 
   // Scheduler: FetchTasks wait here for a stream slot (= connection).
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar cv_;
   std::deque<std::shared_ptr<FetchTask>> demand_ GUARDED_BY(mu_);
   std::deque<std::shared_ptr<FetchTask>> prefetch_ GUARDED_BY(mu_);
-  std::vector<bool> slot_busy_ GUARDED_BY(mu_);           // per connection
-  std::vector<FetchTask*> running_conn_ GUARDED_BY(mu_);  // task on each connection
+  // Per slot (max_connections of them): its connection (null until first used, and again
+  // after idle_release unused; a busy slot's connection is used by its worker unlocked and
+  // stays until the slot is free), whether a worker holds it, its task, when it was last used.
+  std::vector<std::unique_ptr<Connection>> connections_ GUARDED_BY(mu_);
+  std::vector<bool> slot_busy_ GUARDED_BY(mu_);
+  std::vector<FetchTask*> running_conn_ GUARDED_BY(mu_);
+  std::vector<std::chrono::steady_clock::time_point> slot_used_ GUARDED_BY(mu_);
   int running_ GUARDED_BY(mu_) = 0;
+  // Worker threads by id; the ids of those that exited (joined by the next SpawnWorkers).
+  std::map<uint64_t, std::thread> workers_ GUARDED_BY(mu_);
+  std::vector<uint64_t> exited_ GUARDED_BY(mu_);
+  uint64_t next_worker_id_ GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> in_flight_bytes_{0};
+  std::atomic<int> running_now_{0};  // running_, for the controller's reports
   std::atomic<bool> waited_{false};  // work waited for a slot since the controller last looked
   bool stopping_ GUARDED_BY(mu_) = false;
   std::set<grpc::ClientContext*> unary_ GUARDED_BY(mu_);      // unary calls in flight
   CondVar probe_cv_;                                          // a failure wants a probe now, or stop
   grpc::ClientContext* probe_ctx_ GUARDED_BY(mu_) = nullptr;  // the probe in flight
-  std::vector<std::thread> workers_;
   std::thread prober_;
 
   Mutex manifest_mu_;

@@ -15,7 +15,9 @@ namespace shardcache::upstream {
 
 // Defaults of the options that config/ exposes as fetch.* keys.
 inline constexpr int kDefaultConnections = 8;       // fetch.connections
-inline constexpr int kDefaultMaxConnections = 16;   // fetch.max_connections
+inline constexpr int kDefaultMaxConnections = 256;  // fetch.max_connections
+inline constexpr int kMaxMaxConnections = 1024;     // the largest fetch.max_connections accepted
+inline constexpr uint64_t kDefaultMaxInFlightBytes = 512ull << 20;  // fetch.max_in_flight
 inline constexpr std::chrono::milliseconds kDefaultCallTimeout{60000};    // fetch.timeout
 inline constexpr std::chrono::milliseconds kDefaultOutageTimeout{30000};  // fetch.outage_timeout
 inline constexpr int kDefaultRetries = 5;           // fetch.retries
@@ -31,9 +33,18 @@ struct GrpcSourceOptions {
   // Sent as "authorization: Bearer <token>" on every call; "" = none.
   std::string token;
   // Concurrent streams at start, and the ceiling the adaptive controller may reach. Each stream
-  // slot owns one HTTP/2 connection.
+  // slot owns one HTTP/2 connection and one worker thread, both made when the slot is first
+  // needed; `max_connections` is a safety cap, not a target (the controller finds the count
+  // the link needs).
   int connections = kDefaultConnections;
   int max_connections = kDefaultMaxConnections;
+  // A worker thread with nothing to do for this long exits, and connections unused for this
+  // long are closed: a pool grown for a cold epoch shrinks back while the cache serves.
+  std::chrono::milliseconds idle_release{30000};
+  // Chunk bytes requested but not yet handed to their callers, over all ReadChunks calls
+  // (what fetched-ahead chunks may hold in memory). A call that has nothing outstanding may
+  // always request one sub-range, so a small budget slows fetching but never stops it.
+  uint64_t max_in_flight_bytes = kDefaultMaxInFlightBytes;
   // Upstream wire bytes per second over all streams; 0 = no cap.
   uint64_t bandwidth_bytes_per_s = 0;
   // Deadline of one upstream call (a sub-range stream, a manifest fetch).

@@ -111,7 +111,7 @@ enabled = true
       "cache.eviction: 'fifo' is not an eviction policy",
       "cache.segment_size: 1000 B must be at least 8.00 MiB",
       "fetch.bandwidth: 'fast' is not a rate",
-      "fetch.connections: 0 is out of range [1, 256]",
+      "fetch.connections: 0 is out of range [1, 1024]",
       "fetch.timeout: 'soon' is not a duration",
       "log.level: 'loud' is not a log level",
       "local.allowed_uids[1]: expected an integer, got a string",

@@ -111,6 +111,10 @@ TEST_CASE("a blackholed upstream fails with Unavailable at the deadline", "[faul
   WanFixture w({"--rtt-ms", "2", "--blackhole-after-mib", "1"});
   upstream::GrpcSourceOptions co;
   co.call_timeout = std::chrono::milliseconds(1000);
+  // wanem blackholes each connection after its first MiB: at most 4 connections carry less than
+  // the 8 MiB shard, so the read must meet the blackhole (more could carry it all in time).
+  co.connections = 4;
+  co.max_connections = 4;
   auto client = w.Client(co);
   auto d = client->OpenDataset("big");
   REQUIRE(d.ok());

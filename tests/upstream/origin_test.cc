@@ -506,3 +506,106 @@ TEST_CASE("a client opening 400 streams it never reads gets RESOURCE_EXHAUSTED p
     return RawRead(*stub, req) == grpc::StatusCode::OK;
   }, std::chrono::seconds(20)));
 }
+
+TEST_CASE("the stream pool makes threads and connections when work needs them and releases them when idle",
+          "[origin][pool]") {
+  OriginFixture o({}, /*faulty=*/true);
+  o.faults->delay_ms = 100;
+  upstream::GrpcSourceOptions co;
+  co.connections = 4;
+  co.idle_release = std::chrono::milliseconds(300);
+  auto client = o.Client(co);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  CHECK(client->stats().workers == 0);  // opening a dataset uses the control connection only
+  CHECK(client->stats().open_connections == 0);
+  std::atomic<int> exact{0};
+  std::vector<std::thread> readers;
+  for (uint32_t shard = 0; shard < 2; ++shard) {
+    readers.emplace_back([&, shard] {
+      const std::string file = FileBytes(o.ShardPath(static_cast<int>(shard)), 0, OriginFixture::kShardBytes);
+      Status s = client->ReadChunks(*d, shard, 0, 3, Within(std::chrono::seconds(10)),
+                                    [&](uint64_t c, const ChunkPtr& chunk) {
+                                      if (ChunkBytes(chunk) == file.substr(c * OriginFixture::kChunk,
+                                                                           chunk->bytes.size())) {
+                                        exact.fetch_add(1);
+                                      }
+                                      return Status::Ok();
+                                    });
+      CHECK(s.ok());
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto busy = client->stats();
+  CHECK(busy.workers >= 1);
+  CHECK(busy.workers <= busy.stream_limit);
+  for (auto& t : readers) t.join();
+  CHECK(exact.load() == 6);
+  CHECK(client->stats().in_flight_bytes == 0);
+  // Idle for idle_release: the workers exit and the prober closes their connections.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while ((client->stats().workers > 0 || client->stats().open_connections > 0) &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(client->stats().workers == 0);
+  CHECK(client->stats().open_connections == 0);
+  // And the pool grows again for the next read.
+  auto again = client->ReadChunk(*d, 1, 2, Within(std::chrono::seconds(10)));
+  REQUIRE(again.ok());
+  CHECK(ChunkBytes(*again) == FileBytes(o.ShardPath(1), 2 * OriginFixture::kChunk, OriginFixture::kShardBytes -
+                                                                                  2 * OriginFixture::kChunk));
+}
+
+TEST_CASE("an in-flight budget smaller than one chunk still delivers every range byte-exact", "[origin][pool]") {
+  OriginFixture o;
+  upstream::GrpcSourceOptions co;
+  co.max_in_flight_bytes = 1;
+  auto client = o.Client(co);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  std::vector<std::thread> readers;
+  std::atomic<int> exact{0};
+  for (int i = 0; i < 4; ++i) {
+    readers.emplace_back([&, shard = static_cast<uint32_t>(i % 2)] {
+      const std::string file = FileBytes(o.ShardPath(static_cast<int>(shard)), 0, OriginFixture::kShardBytes);
+      std::string got;
+      Status s = client->ReadChunks(*d, shard, 0, 3, Within(std::chrono::seconds(10)),
+                                    [&](uint64_t, const ChunkPtr& chunk) {
+                                      got += ChunkBytes(chunk);
+                                      return Status::Ok();
+                                    });
+      if (s.ok() && got == file) exact.fetch_add(1);
+    });
+  }
+  for (auto& t : readers) t.join();
+  CHECK(exact.load() == 4);
+  CHECK(client->stats().in_flight_bytes == 0);
+}
+
+TEST_CASE("an origin that caps our calls lowers the stream limit, and every chunk still arrives", "[origin][pool]") {
+  serve::OriginServiceOptions svc;
+  svc.max_calls_per_client = 3;  // our unary calls ride the control connection: 2 streams fit
+  OriginFixture o({}, /*faulty=*/true, svc);
+  o.faults->delay_ms = 100;
+  upstream::GrpcSourceOptions co;
+  co.connections = 8;
+  co.max_connections = 8;
+  auto client = o.Client(co);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  std::vector<std::thread> readers;
+  std::atomic<int> exact{0};
+  for (int i = 0; i < 6; ++i) {
+    readers.emplace_back([&, shard = static_cast<uint32_t>(i % 2), chunk = static_cast<uint64_t>(i / 2)] {
+      auto c = client->ReadChunk(*d, shard, chunk, Within(std::chrono::seconds(20)));
+      const uint64_t len = std::min(OriginFixture::kChunk, OriginFixture::kShardBytes - chunk * OriginFixture::kChunk);
+      if (c.ok() && ChunkBytes(*c) == FileBytes(o.ShardPath(static_cast<int>(shard)), chunk * OriginFixture::kChunk, len)) {
+        exact.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  CHECK(exact.load() == 6);
+  CHECK(client->stats().stream_limit <= 3);
+}

@@ -4,6 +4,8 @@
 #include <thread>
 #include <vector>
 
+#include <deque>
+
 #include <catch2/catch.hpp>
 
 #include "daemon/upstream/single_flight.h"
@@ -88,7 +90,7 @@ TEST_CASE("token bucket: rate 0 is unlimited and a deadline stops the wait", "[t
 TEST_CASE("stream controller adds streams while goodput grows and backs off when it stops", "[controller]") {
   StreamControllerOptions o;
   o.initial = 2;
-  o.max = 8;
+  o.max = 16;
   o.period = std::chrono::milliseconds(100);
   o.hold_periods = 3;
   auto now = Clock::now();
@@ -102,16 +104,16 @@ TEST_CASE("stream controller adds streams while goodput grows and backs off when
     c.Observe(now, bytes, true);
   };
   for (int i = 0; i < 40; ++i) step();
-  // Slow start 2 → 3 → 4 → 6 (45 MB/s, +12%) → 8 (no gain) → back to 6; then +1 probes to 7
-  // (no gain) that fall back to 6.
+  // Slow start 2 → 4 → 8 (45 MB/s, +12%) → 16 (no gain) → back to 8; then +1 probes to 9
+  // (no gain) that fall back to 8.
   CHECK(c.limit() >= 5);
-  CHECK(c.limit() <= 7);
+  CHECK(c.limit() <= 9);
   int max_seen = 0;
   for (int i = 0; i < 40; ++i) {
     step();
     max_seen = std::max(max_seen, c.limit());
   }
-  CHECK(max_seen <= 7);
+  CHECK(max_seen <= 9);
 }
 
 TEST_CASE("stream controller fills a link that needs many streams within a few periods", "[controller]") {
@@ -131,8 +133,9 @@ TEST_CASE("stream controller fills a link that needs many streams within a few p
     c.Observe(now, bytes, true);
     ++periods;
   }
-  // One stream per period would need 6 periods and 2 evaluations each; slow start needs 4.
-  CHECK(periods <= 4);
+  // One stream per period would need 6 periods and 2 evaluations each; slow start doubles at
+  // the first.
+  CHECK(periods <= 2);
   for (int i = 0; i < 40; ++i) {
     const double rate = std::min(125e6, 17.5e6 * c.limit());
     now += std::chrono::milliseconds(100);
@@ -154,4 +157,84 @@ TEST_CASE("stream controller does not grow when no work waits", "[controller]") 
     c.Observe(now, static_cast<uint64_t>(i) * 1000000, false);
   }
   CHECK(c.limit() == 3);
+}
+
+TEST_CASE("stream controller fills a slow, long link whose chunks take seconds per stream", "[controller]") {
+  // 64 KiB / 150 ms connections (437 KB/s each) on a 100 Mbit/s link: 29 streams fill it, and
+  // one 4 MiB chunk takes 9.6 s on a stream. Streams started together finish together, so
+  // chunks arrive in bursts, one per stream per chunk time, each reporting its own rate.
+  StreamControllerOptions o;
+  o.initial = 8;
+  o.max = 256;
+  auto now = Clock::now();
+  StreamController c(o, now);
+  constexpr double kChunk = 4 << 20;
+  uint64_t bytes = 0;
+  int first_at_26 = -1;
+  // Each stream slot: when its chunk was asked for, and the rate it gets.
+  std::vector<double> started(256, 0);
+  for (int ms = 0; ms < 180000; ms += 100) {
+    const double t = ms / 1000.0;
+    const double per_stream = std::min(437e3, 12.5e6 / c.limit());
+    now += std::chrono::milliseconds(100);
+    bool reported = false;
+    for (int s = 0; s < c.limit(); ++s) {
+      const double took = t - started[static_cast<size_t>(s)];
+      if (took * per_stream < kChunk) continue;
+      started[static_cast<size_t>(s)] = t;
+      bytes += static_cast<uint64_t>(kChunk);
+      c.Observe(now, bytes, true, static_cast<uint64_t>(kChunk),
+                std::chrono::nanoseconds(static_cast<int64_t>(took * 1e9)));
+      reported = true;
+    }
+    if (!reported) c.Observe(now, bytes, true);
+    if (first_at_26 < 0 && c.limit() >= 26) first_at_26 = ms;
+  }
+  CHECK(first_at_26 >= 0);
+  CHECK(first_at_26 <= 45000);  // 8 -> 16 -> 32: each raise judged a chunk time after it
+  CHECK(c.limit() >= 26);
+  CHECK(c.limit() <= 40);
+}
+
+TEST_CASE("stream controller: the rate each chunk reports, not the bursts they arrive in, decides", "[controller]") {
+  // A link needing 8 streams of 17.5 MB/s (1 Gbit/s, 512 KiB / 30 ms): 16 streams get 7.8 MB/s
+  // each. A raise to 16 and beyond must not be kept however the arrivals bunch up.
+  StreamControllerOptions o;
+  o.initial = 8;
+  o.max = 256;
+  auto now = Clock::now();
+  StreamController c(o, now);
+  uint64_t bytes = 0;
+  int max_seen = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const double per_stream = std::min(17.5e6, 125e6 / c.limit());
+    const double took = 4194304 / per_stream;
+    now += std::chrono::microseconds(static_cast<int64_t>(took * 1e6 / c.limit()));
+    bytes += 4194304;
+    c.Observe(now, bytes, true, 4194304, std::chrono::nanoseconds(static_cast<int64_t>(took * 1e9)));
+    max_seen = std::max(max_seen, c.limit());
+  }
+  CHECK(c.limit() >= 8);
+  CHECK(c.limit() <= 9);
+  CHECK(max_seen <= 16);
+}
+
+TEST_CASE("stream controller: a refusal by the upstream lowers the limit and caps later raises", "[controller]") {
+  StreamControllerOptions o;
+  o.initial = 8;
+  o.max = 256;
+  o.period = std::chrono::milliseconds(100);
+  auto now = Clock::now();
+  StreamController c(o, now);
+  c.Refused(6);
+  CHECK(c.limit() == 5);
+  uint64_t bytes = 0;
+  for (int i = 0; i < 100; ++i) {
+    now += std::chrono::milliseconds(100);
+    bytes += static_cast<uint64_t>(1e6 * c.limit());  // every stream helps
+    c.Observe(now, bytes, true);
+    CHECK(c.limit() <= 5);
+  }
+  c.Refused(0);
+  CHECK(c.limit() == 1);  // never below min
 }
