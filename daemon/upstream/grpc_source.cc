@@ -326,6 +326,7 @@ void GrpcSource::ProbeLoop() {
     const Status answer = FromGrpc(probe->GetManifest(&ctx, req, &resp));
     spdlog::debug("{}: probe answered in {:.3f} s: {}", Where(),
                   std::chrono::duration<double>(Clock::now() - started).count(), answer.ToString());
+    if (!ProbeAnswered(answer)) probe.reset();
     lock.Lock();
     if (ProbeAnswered(answer) && !was_up) {
       // Back: the data connections retry at once instead of waiting out their backoff.
@@ -334,9 +335,6 @@ void GrpcSource::ProbeLoop() {
         if (c != nullptr) grpc::experimental::ChannelResetConnectionBackoff(c->channel.get());
       }
     }
-    lock.Unlock();
-    if (!ProbeAnswered(answer)) probe.reset();
-    lock.Lock();
     probe_ctx_ = nullptr;
     if (stopping_) break;
     health_.OnProbe(answer, started);
