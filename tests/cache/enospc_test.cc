@@ -79,13 +79,19 @@ TEST_CASE("disk full from outside: the cache evicts and retries, then passes thr
   // Step 2: with nothing of its own left to give back, chunks pass through without storing.
   REQUIRE(cache->Evict(dso.name).ok());
   FillUntilFull(dir / "fs/hog2");
+  const uint64_t cache_bytes_at_fill = DuBytes(o.dir);
   CHECK(ReadAndCompare(*cache, ds, dso) == 0);
   cache->Flush();
   st = cache->Stats();
   WARN("disk full: " << st.nvme.evicted_segments << " segments evicted, " << st.nvme.enospc_passthrough
                      << " chunks passed through without storing");
   CHECK(st.nvme.enospc_passthrough > 0);
-  CHECK(st.nvme.entries == 0);
+  // Nothing is stored, except into space the cache's own index gave back after the disk filled
+  // (RocksDB deletes a flushed WAL or compacted tables in the background; under a sanitizer
+  // that can come after the fill): the cache never takes more of the full disk than it held.
+  INFO("entries " << st.nvme.entries << ", cache bytes " << DuBytes(o.dir) << " (" << cache_bytes_at_fill
+                  << " when the disk filled)");
+  CHECK((st.nvme.entries == 0 || DuBytes(o.dir) <= cache_bytes_at_fill));
   CHECK(DuBytes(o.dir) <= o.size_bytes);
 
   // Space comes back: storing resumes (after the 1 s back-off).
@@ -97,12 +103,23 @@ TEST_CASE("disk full from outside: the cache evicts and retries, then passes thr
   CHECK(cache->Stats().nvme.entries > 0);
   // What is read again within the budget is served from the cache. (The whole 48 MiB, read in
   // order through a 40 MiB LRU cache, would miss every time.)
+  // The index may still be recovering from its own disk-full error (DB::Resume on the next
+  // write), so a shard stored once may need one more round: storing must resume within a few.
   auto read_shard = [&](uint32_t s) {
     return cache->ReadChunks(ds, s, 0, 8, ReadOptions(), [](uint64_t, const ChunkPtr&) { return Status::Ok(); });
   };
-  REQUIRE(read_shard(0).ok());
-  cache->Flush();
-  const uint64_t fetched = upstream->chunks_sent.load();
-  REQUIRE(read_shard(0).ok());
-  CHECK(upstream->chunks_sent.load() == fetched);
+  uint64_t refetched = 0;
+  int round = 0;
+  for (; round < 10; ++round) {
+    REQUIRE(read_shard(0).ok());
+    cache->Flush();
+    const uint64_t fetched = upstream->chunks_sent.load();
+    REQUIRE(read_shard(0).ok());
+    refetched = upstream->chunks_sent.load() - fetched;
+    if (refetched == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  INFO("rounds until shard 0 stayed cached: " << round + 1);
+  CHECK(refetched == 0);
+  if (round > 0) WARN("shard 0 stayed cached only after " << round + 1 << " rounds");
 }
