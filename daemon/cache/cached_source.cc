@@ -415,6 +415,11 @@ bool CachedSource::Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t fir
   return true;
 }
 
+uint64_t CachedSource::CapacityBytes() {
+  const uint64_t nvme = store_ ? store_->Stats().size_bytes : 0;
+  return std::max(nvme, dram_.budget_bytes());
+}
+
 Status CachedSource::Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                               const ReadOptions& options) {
   SC_RETURN_IF_ERROR(CheckChunkRange(dataset, shard, first, count));

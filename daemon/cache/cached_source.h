@@ -86,6 +86,8 @@ class CachedSource final : public ChunkSource, public stats::Source {
   bool ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shard,
                             std::span<const ChunkPiece> pieces, FetchPriority priority) override;
   bool Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count) override;
+  // The larger of the NVMe and DRAM budgets (a chunk on NVMe is often in DRAM as well).
+  uint64_t CapacityBytes() override;
   void Shutdown() override { upstream_->Shutdown(); }
 
   // Run-time changes (SIGHUP). Shrinking evicts at once while serving. Changing the NVMe size

@@ -223,7 +223,7 @@ bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t
   {
     MutexLock l(&mu_);
     const uint32_t cap = std::min(options_.max_warm_inflight,
-                                  std::max<uint32_t>(1, options_.read_threads / 2));
+                                  std::max<uint32_t>(1, options_.read_threads / 4 * 3));
     if (stop_ || warm_inflight_ >= cap) return false;
     ++warm_inflight_;
   }

@@ -139,13 +139,14 @@ struct AssembledBatch {
 };
 
 struct BatchAssemblerOptions {
-  // Threads that read chunks for batches and warm-ups. Default: 64 (cold reads wait on the
-  // network, not the CPU; a cross-city link needs ~16 streams busy, with more work queued
-  // behind them so that the upstream's stream controller sees demand).
-  uint32_t read_threads = 64;
-  // Warm reads in flight at once, over all loaders; capped at half the read threads so that
-  // demand reads always find a free thread. Default: 32.
-  uint32_t max_warm_inflight = 32;
+  // Threads that read chunks for batches and warm-ups. Default: 128 (cold reads wait on the
+  // network, not the CPU: a long link with a small window needs tens of streams busy, each
+  // whole chunk on its own, with more work queued behind them so that the upstream's stream
+  // controller sees demand).
+  uint32_t read_threads = 128;
+  // Warm reads in flight at once, over all loaders; capped at three quarters of the read
+  // threads so that demand reads always find a free thread. Default: 96.
+  uint32_t max_warm_inflight = 96;
   // Deadline of one batch's reads. Default: 120 s.
   uint32_t read_timeout_ms = 120000;
 };

@@ -65,6 +65,11 @@ Result<OpenedLoader> LoaderFactory::Open(Arena& arena, const v1::OpenLoaderReque
   LoaderPipelineOptions lo;
   lo.prefetch_batches = options_.prefetch_batches;
   lo.lookahead_bytes_live = &lookahead_bytes_;
+  // Warm reads may run ahead of slow chunks only when fetching ahead cannot push out chunks
+  // this epoch still needs.
+  uint64_t dataset_bytes = 0;
+  for (const auto& shard : m.shards()) dataset_bytes += shard.size_bytes();
+  lo.lookahead_in_flight_only = dataset_bytes <= source_.CapacityBytes();
   lo.fields = o.fields;
   std::unique_ptr<batch_ring::RingWriter> ring;
   if (o.ring) {

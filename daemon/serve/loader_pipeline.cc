@@ -16,6 +16,8 @@ uint64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
 
 // Longest run of chunks one warm read asks for (the upstream splits it over its streams).
 constexpr uint64_t kMaxWarmRunChunks = 64;
+// lookahead_in_flight_only: chunks tracked ahead of assembly at most (~100 bytes each).
+constexpr size_t kMaxWarmTrackedChunks = 65536;
 
 }  // namespace
 
@@ -255,11 +257,7 @@ bool LoaderPipeline::Warm() {
     MutexLock l(&mu_);
     base = assemble_index_;
   }
-  while (!warmed_.empty() && warmed_.front().index < base) {
-    warmed_bytes_ -= warmed_.front().bytes;
-    warmed_keys_.erase(ChunkKey{version_id_, warmed_.front().shard, warmed_.front().chunk});
-    warmed_.pop_front();
-  }
+  ReleaseWarmed(base);
   // Samples before `base` are in batches being assembled or queued: their reads are running.
   // The lookahead starts right after them, so assembly plus warm reads never hold more than
   // those batches and `lookahead` bytes of chunks (a small cache is not flushed by its own
@@ -279,7 +277,8 @@ bool LoaderPipeline::Warm() {
   const auto& m = locator_->dataset()->manifest;
   const uint64_t cb = m.chunk_bytes();
   std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> wanted;  // shard, chunk, needed at
-  while (warm_index_ < total_ && warmed_bytes_ + cb <= lookahead) {
+  const size_t max_tracked = options_.lookahead_in_flight_only ? kMaxWarmTrackedChunks : SIZE_MAX;
+  while (warm_index_ < total_ && warmed_bytes_ + cb <= lookahead && warmed_.size() < max_tracked) {
     auto e = locator_->Locate(slice_.SampleAt(warm_index_));
     if (!e.ok()) break;  // the demand path reports it
     if (e->length > 0) {
@@ -287,6 +286,7 @@ bool LoaderPipeline::Warm() {
         if (!warmed_keys_.insert(ChunkKey{version_id_, e->shard, c}).second) continue;
         const uint64_t bytes = dataset::ChunkLength(m, e->shard, c);
         warmed_.push_back({warm_index_, e->shard, c, bytes});
+        if (options_.lookahead_in_flight_only) unlanded_.push_back(warmed_.back());
         warmed_bytes_ += bytes;
         wanted.emplace_back(e->shard, c, warm_index_);
       }
@@ -310,6 +310,26 @@ bool LoaderPipeline::Warm() {
     progress = true;
   }
   return progress;
+}
+
+void LoaderPipeline::ReleaseWarmed(uint64_t base) {
+  const bool bounded = !options_.lookahead_in_flight_only;
+  while (!warmed_.empty() && warmed_.front().index < base) {
+    if (bounded) warmed_bytes_ -= warmed_.front().bytes;
+    warmed_keys_.erase(ChunkKey{version_id_, warmed_.front().shard, warmed_.front().chunk});
+    warmed_.pop_front();
+  }
+  if (bounded) return;
+  const DatasetPtr& ds = locator_->dataset();
+  auto landed = [&](const Warmed& w) {
+    return w.index < base || assembler_.source().Holds(ds, w.shard, w.chunk, 1);
+  };
+  auto keep = std::remove_if(unlanded_.begin(), unlanded_.end(), [&](const Warmed& w) {
+    if (!landed(w)) return false;
+    warmed_bytes_ -= w.bytes;
+    return true;
+  });
+  unlanded_.erase(keep, unlanded_.end());
 }
 
 bool LoaderPipeline::SendWarm(const WarmRun& r) {

@@ -62,6 +62,12 @@ struct LoaderPipelineOptions {
   // When set, overrides lookahead_bytes and may change at any time (LocalService's run-time
   // setter). Must outlive the pipeline.
   const std::atomic<uint64_t>* lookahead_bytes_live = nullptr;
+  // The tiers can keep the whole dataset (LoaderFactory decides): a warmed chunk stops counting
+  // against the lookahead once a tier holds it, not only once assembly passes it, so the warm
+  // reads keep the link busy past a slow chunk instead of waiting for assembly to reach it.
+  // Then the lookahead bounds the bytes requested and not yet landed, and at most
+  // kMaxWarmTrackedChunks chunks are tracked ahead of assembly.
+  bool lookahead_in_flight_only = false;
   // Write each batch's field table after its payload (tar datasets; sample_fields.h).
   bool fields = false;
 };
@@ -193,9 +199,14 @@ class LoaderPipeline {
     uint64_t bytes;
   };
   uint64_t warm_index_ = 0;
-  std::deque<Warmed> warmed_;
+  std::deque<Warmed> warmed_;  // warmed chunks assembly has not passed yet (keys in warmed_keys_)
   std::unordered_set<ChunkKey, ChunkKeyHash> warmed_keys_;
-  uint64_t warmed_bytes_ = 0;
+  // lookahead_in_flight_only: the warmed chunks no tier held at the last look.
+  std::vector<Warmed> unlanded_;
+  uint64_t warmed_bytes_ = 0;  // bytes counted against the lookahead
+  // Drops what assembly passed (before slice index `base`) and, in lookahead_in_flight_only
+  // mode, stops counting chunks a tier now holds.
+  void ReleaseWarmed(uint64_t base);
   struct WarmRun {
     uint32_t shard;
     uint64_t first;

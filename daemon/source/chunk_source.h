@@ -104,6 +104,9 @@ class ChunkSource {
   virtual bool ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shard,
                                     std::span<const ChunkPiece> pieces, FetchPriority priority);
   virtual bool Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count);
+  // Bytes of chunks the tiers at or below this source can keep at once (for a cache: its
+  // largest tier's budget); 0 keeps nothing (the default).
+  virtual uint64_t CapacityBytes() { return 0; }
 
   // The daemon is stopping: reads waiting on a remote (a call in flight, a retry's backoff, a
   // queued fetch) end now with Cancelled or Aborted, and later ones fail at once, so that

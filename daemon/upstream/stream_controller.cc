@@ -84,6 +84,16 @@ void StreamController::Decide(Clock::time_point now, double capacity, bool satur
       } else {
         probing_ = false;
       }
+    } else if (slow_start_ && failed_doubling_from_ != previous_limit_) {
+      // A doubling that did not help once may have been judged against a base measured too
+      // early (in the first seconds only the fast chunks have arrived: a link whose streams
+      // stall now and then looks several times faster than it is). Back to the last count,
+      // measure it afresh, and double again; only a second failure from the same count ends
+      // slow start.
+      failed_doubling_from_ = previous_limit_;
+      limit_ = std::max(options_.min, previous_limit_);
+      settle_until_ = now + settle;
+      probing_ = false;
     } else {
       // It did not: back to the last good count; from now on probe one stream at a time.
       limit_ = std::max(options_.min, previous_limit_);

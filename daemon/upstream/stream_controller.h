@@ -9,8 +9,9 @@
 //                                                 hold for `hold_periods`;
 //   * otherwise (settled, not holding)          → probe a raise.
 // Raises start multiplicative (slow start: doubling, as a cross-city link may need tens or
-// hundreds of streams and one stream more per period would take minutes) and become +1 after
-// the first raise that did not help. Without waiting work nothing changes: an idle or lightly
+// hundreds of streams and one stream more per period would take minutes) and become +1 once a
+// doubling from the same count did not help twice (the first failure is re-measured: see
+// Decide). Without waiting work nothing changes: an idle or lightly
 // used source does not grow.
 //
 // Capacity is measured per chunk, not by counting arrivals: each chunk reports its bytes, the
@@ -91,6 +92,7 @@ class StreamController {
   bool probing_ GUARDED_BY(mu_) = false;    // the last change was a raise
   bool slow_start_ GUARDED_BY(mu_) = true;  // raises are still multiplicative
   int previous_limit_ GUARDED_BY(mu_) = 0;  // the limit before the last raise
+  int failed_doubling_from_ GUARDED_BY(mu_) = 0;  // the count a slow-start doubling failed from
   int hold_ GUARDED_BY(mu_) = 0;
   double base_capacity_ GUARDED_BY(mu_) = 0;  // capacity before the last raise
   double goodput_ GUARDED_BY(mu_) = 0;

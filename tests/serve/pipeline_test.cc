@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
+#include <set>
+#include <utility>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -155,6 +157,72 @@ TEST_CASE("a slow batch does not let the batches behind it take more than prefet
     for (uint64_t id : d->batch.sample_ids) REQUIRE(id == next_sample++);
     CHECK(16 - (*arena)->FreeSlots() <= f.options.prefetch_batches + 1);
     REQUIRE((*arena)->Release(d->slot, 3).ok());
+  }
+  CHECK(next_sample == 1024);
+}
+
+// A cache tier stand-in: remembers every chunk read through it and holds it from then on.
+class HoldingSource final : public testing::ForwardingSource {
+ public:
+  using ForwardingSource::ForwardingSource;
+  Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count, const ReadOptions& o,
+                    const ChunkSink& sink) override {
+    SC_RETURN_IF_ERROR(inner_.ReadChunks(d, shard, first, count, o, sink));
+    std::lock_guard<std::mutex> l(mu_);
+    for (uint64_t c = first; c < first + count; ++c) held_.insert({shard, c});
+    return Status::Ok();
+  }
+  bool Holds(const DatasetPtr&, uint32_t shard, uint64_t first, uint64_t count) override {
+    std::lock_guard<std::mutex> l(mu_);
+    for (uint64_t c = first; c < first + count; ++c) {
+      if (held_.count({shard, c}) == 0) return false;
+    }
+    return true;
+  }
+  size_t held() {
+    std::lock_guard<std::mutex> l(mu_);
+    return held_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::pair<uint32_t, uint64_t>> held_;
+};
+
+TEST_CASE("warm reads run ahead of a stuck chunk when the tiers can keep the dataset, and stop at the lookahead when not",
+          "[serve][pipeline]") {
+  // Batch 0 (shard 0's chunk 0) is stuck at the gate, so assembly cannot pass it. The lookahead
+  // is two 16 KiB chunks. Counting every warmed chunk until assembly passes it, warm reads stop
+  // two chunks ahead; counting only chunks not yet held by a tier, they go on through the
+  // dataset (64 chunks) while chunk 0 is stuck.
+  const bool in_flight_only = GENERATE(false, true);
+  GatedFixture f;
+  HoldingSource holding(*f.gated);
+  auto arena = serve::Arena::Create(2 << 20, 16);
+  REQUIRE(arena.ok());
+  serve::BatchAssemblerOptions ao;
+  ao.read_threads = 8;
+  serve::BatchAssembler assembler(holding, ao);
+  f.options.lookahead_bytes = 2 * 16 * 1024;
+  f.options.lookahead_in_flight_only = in_flight_only;
+  LoaderPipeline pipeline(5, **arena, assembler, f.locator, *f.slice, f.options);
+  REQUIRE(testing::Eventually([&] { return f.gated->waiting() > 0; }));
+  if (in_flight_only) {
+    CHECK(testing::Eventually([&] { return holding.held() == 63; }));  // all but the stuck one
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    INFO("held " << holding.held());
+    // Batches 1.. of the prefetch window (assembly) and the two chunks warmed past them.
+    CHECK(holding.held() <= f.options.prefetch_batches + 2);
+  }
+  f.gated->Open();
+  uint64_t next_sample = 0;
+  for (;;) {
+    auto d = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+    REQUIRE(d.ok());
+    if (d->end_of_epoch) break;
+    for (uint64_t id : d->batch.sample_ids) REQUIRE(id == next_sample++);
+    REQUIRE((*arena)->Release(d->slot, 5).ok());
   }
   CHECK(next_sample == 1024);
 }

@@ -1,6 +1,7 @@
 // The small concurrency parts of the upstream client: single-flight, the bandwidth bucket and
 // the adaptive stream controller.
 #include <atomic>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -237,4 +238,54 @@ TEST_CASE("stream controller: a refusal by the upstream lowers the limit and cap
   }
   c.Refused(0);
   CHECK(c.limit() == 1);  // never below min
+}
+
+TEST_CASE("stream controller fills a link whose connections stall for seconds at random", "[controller]") {
+  // bench/run cold --stall-prob 0.01 --stall-ms 2000 at 1 Gbit/s, 512 KiB / 30 ms: every 64 KiB
+  // a connection stalls 2 s with probability 0.01, so a 4 MiB chunk takes 0.24 s plus 2 s per
+  // stall (1.5 s on average, 0.24 s for half of them, 6 s now and then) and one connection
+  // carries ~2.8 MB/s: ~45 streams fill the 125 MB/s link. Chunk times are heavy-tailed, so a
+  // period's fast chunks arrive first; the controller must still find that streams help.
+  StreamControllerOptions o;
+  o.initial = 8;
+  o.max = 256;
+  auto now = Clock::now();
+  StreamController c(o, now);
+  constexpr double kChunk = 4 << 20;
+  std::mt19937_64 rng(7);
+  std::binomial_distribution<int> stalls(64, 0.01);
+  struct Slot {
+    double started = -1, needs = 0;
+  };
+  std::vector<Slot> slots(256);
+  uint64_t bytes = 0;
+  int reached_40_at = -1;
+  for (int ms = 0; ms < 60000; ms += 10) {
+    const double t = ms / 1000.0;
+    const int limit = c.limit();
+    const double per_stream = std::min(17.5e6, 125e6 / limit);
+    now += std::chrono::milliseconds(10);
+    bool reported = false;
+    for (int s = 0; s < limit; ++s) {
+      Slot& slot = slots[static_cast<size_t>(s)];
+      if (slot.started < 0) {
+        slot = {t, kChunk / per_stream + 2.0 * stalls(rng)};
+        continue;
+      }
+      const double took = t - slot.started;
+      if (took < slot.needs) continue;
+      bytes += static_cast<uint64_t>(kChunk);
+      c.Observe(now, bytes, true, static_cast<uint64_t>(kChunk),
+                std::chrono::nanoseconds(static_cast<int64_t>(took * 1e9)), limit);
+      reported = true;
+      slot = {t, kChunk / per_stream + 2.0 * stalls(rng)};
+    }
+    for (size_t s = static_cast<size_t>(limit); s < slots.size(); ++s) slots[s].started = -1;
+    if (!reported) c.Observe(now, bytes, true);
+    if (reached_40_at < 0 && c.limit() >= 40) reached_40_at = ms;
+  }
+  INFO("limit " << c.limit() << ", reached 40 at " << reached_40_at << " ms");
+  CHECK(reached_40_at >= 0);
+  CHECK(reached_40_at <= 20000);
+  CHECK(c.limit() >= 40);
 }
