@@ -1,5 +1,8 @@
 #include "common/hash.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include <xxhash.h>
 #if defined(__x86_64__)
 // Debian's libxxhash picks AVX-512 / AVX2 / SSE2 at run time (52 vs 17 GB/s for an inlined
@@ -49,6 +52,22 @@ Hash128 HashBytes(const void* data, size_t size) {
   const XXH128_hash_t h = SC_XXH3_128(data, size);
   return Hash128{h.high64, h.low64};
 }
+
+std::string BlockTable(const void* data, size_t size) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  std::string table(ChunkBlockCount(size) * kBlockHashBytes, '\0');
+  for (size_t b = 0, off = 0; off < size; ++b, off += kChunkBlockBytes) {
+    const XXH128_hash_t h = SC_XXH3_128(bytes + off, std::min(kChunkBlockBytes, size - off));
+    char* out = table.data() + b * kBlockHashBytes;
+    for (int i = 0; i < 8; ++i) {
+      out[i] = static_cast<char>(h.high64 >> (56 - 8 * i));
+      out[8 + i] = static_cast<char>(h.low64 >> (56 - 8 * i));
+    }
+  }
+  return table;
+}
+
+Hash128 ChunkDigest(const void* data, size_t size) { return RootOfBlockTable(BlockTable(data, size)); }
 
 uint64_t HashBytes64(const void* data, size_t size) { return SC_XXH3_64(data, size); }
 

@@ -251,7 +251,7 @@ Result<DatasetPtr> IndexDirectory(const std::string& dir, const IndexOptions& op
     SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenFile(abs, O_RDONLY));
     Status s = PreadFull(fd.get(), buf.get(), length, offset, abs);
     if (!s.ok()) return DataLoss(abs + ": shard shrank while hashing: " + s.message());
-    const std::string h = HashBytes(buf.get(), length).ToBytes();
+    const std::string h = ChunkDigest(buf.get(), length).ToBytes();
     // Tasks write disjoint 16-byte slots of a string sized before the workers started.
     std::memcpy(results[i].chunk_hashes.data() + chunk * 16, h.data(), 16);
     done_bytes.fetch_add(length, std::memory_order_relaxed);
@@ -270,6 +270,7 @@ Result<DatasetPtr> IndexDirectory(const std::string& dir, const IndexOptions& op
   SC_RETURN_IF_ERROR(MakeDirs(meta + "/samples"));
   v1::Manifest m;
   m.set_format_version(kManifestFormatVersion);
+  m.set_block_bytes(kChunkBlockBytes);
   m.set_name(name);
   m.set_format(options.format);
   m.set_chunk_bytes(chunk_bytes);

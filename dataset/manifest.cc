@@ -57,10 +57,20 @@ Result<v1::Manifest> ParseManifest(std::string_view bytes, const std::string& wh
     return DataLoss(where + ": manifest is not a valid serialized shardcache.v1.Manifest (" +
                     std::to_string(bytes.size()) + " bytes)");
   }
+  if (m.format_version() == 1) {
+    return FailedPrecondition(where + ": manifest format version 1 was written by an older shardctl and is no "
+                              "longer served (format 2 hashes each chunk as a Merkle root over 16 KiB blocks, so "
+                              "parts of a chunk can be fetched and verified); re-run `shardctl index` on the "
+                              "dataset directory to write a format-2 manifest");
+  }
   if (m.format_version() != kManifestFormatVersion) {
     return FailedPrecondition(where + ": manifest format version " +
                               std::to_string(m.format_version()) + " is not supported (expected " +
                               std::to_string(kManifestFormatVersion) + ")");
+  }
+  if (m.block_bytes() != kChunkBlockBytes) {
+    return InvalidArgument(where + ": block_bytes " + std::to_string(m.block_bytes()) + " is not supported (expected " +
+                           std::to_string(kChunkBlockBytes) + ")");
   }
   if (m.name().empty()) return InvalidArgument(where + ": manifest has no dataset name");
   if (m.chunk_bytes() < kMinChunkBytes || m.chunk_bytes() > kMaxChunkBytes) {

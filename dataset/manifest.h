@@ -19,7 +19,8 @@
 
 namespace shardcache::dataset {
 
-constexpr uint32_t kManifestFormatVersion = 1;
+// 2: chunk hashes are Merkle roots over kChunkBlockBytes blocks (manifest.proto's history).
+constexpr uint32_t kManifestFormatVersion = 2;
 constexpr uint32_t kSampleIndexFormatVersion = 1;
 constexpr char kMetaDirName[] = ".shardcache";
 constexpr uint64_t kDefaultChunkBytes = 4ull << 20;

@@ -42,7 +42,7 @@ Status VerifyDatasetDir(const std::string& dir, const Dataset& dataset,
     SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenFile(path, O_RDONLY));
     Status s = PreadFull(fd.get(), buf.get(), length, offset, path);
     if (!s.ok()) return DataLoss(s.message());
-    if (HashBytes(buf.get(), length) != ChunkHash(m, shard, chunk)) {
+    if (ChunkDigest(buf.get(), length) != ChunkHash(m, shard, chunk)) {
       return DataLoss(path + ": chunk " + std::to_string(chunk) + " (bytes " +
                       std::to_string(offset) + ".." + std::to_string(offset + length) +
                       ") does not match its hash in the manifest; the file changed after "

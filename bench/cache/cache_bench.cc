@@ -107,7 +107,7 @@ int RestartFill(const std::string& dir, uint64_t entries, uint64_t chunk_bytes) 
   auto chunk = std::make_shared<Chunk>();
   chunk->bytes = AlignedBuffer(chunk_bytes);
   for (uint64_t i = 0; i < chunk_bytes; ++i) chunk->bytes.data()[i] = static_cast<uint8_t>(i * 7);
-  chunk->hash = HashBytes(chunk->bytes.data(), chunk_bytes);
+  chunk->hash = ChunkDigest(chunk->bytes.data(), chunk_bytes);
   const auto t0 = std::chrono::steady_clock::now();
   const Hash128 version = VersionId("restart-bench");
   const auto forever = std::chrono::steady_clock::now() + std::chrono::hours(1);

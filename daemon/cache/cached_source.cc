@@ -240,7 +240,7 @@ Status CachedSource::FetchRun(const DatasetPtr& dataset, uint32_t shard, uint64_
         }
         Slot& slot = run_slots[k];
         // End-to-end: never trust what arrived, even from a verifying upstream.
-        if (chunk->bytes.size() != slot.length || HashBytes(chunk->bytes.data(), chunk->bytes.size()) != slot.hash) {
+        if (chunk->bytes.size() != slot.length || ChunkDigest(chunk->bytes.data(), chunk->bytes.size()) != slot.hash) {
           return DataLoss("upstream chunk " + slot.key.ToString() + " does not match its manifest hash");
         }
         dram_.Put(slot.key, chunk);
@@ -361,6 +361,13 @@ Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
     }
   }
   if (missing.empty()) return Status::Ok();
+  if (!options.whole_chunks) {
+    // Only the blocks the pieces cover, verified by the upstream against the manifest; stored
+    // nowhere.
+    SC_RETURN_IF_ERROR(upstream_->ReadPieces(dataset, shard, missing, options));
+    for (const ChunkPiece& p : missing) Account(Tier::kUpstream, p.length);  // a miss each
+    return Status::Ok();
+  }
   // Whole chunks through ReadChunks: single-flight with every other reader, stored on arrival.
   return ChunkSource::ReadPieces(dataset, shard, missing, options);
 }

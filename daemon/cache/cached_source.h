@@ -76,7 +76,8 @@ class CachedSource final : public ChunkSource, public stats::Source {
                     const ReadOptions& options, const ChunkSink& sink) override;
   // DRAM and the NVMe write queue answer from memory; NVMe answers with sub-chunk reads
   // (only the blocks a piece covers, straight into its destination where aligned); what no
-  // tier holds is fetched whole through ReadChunks (single-flight, then stored).
+  // tier holds is fetched whole through ReadChunks (single-flight, then stored), or with
+  // options.whole_chunks false only its covering blocks, through the upstream's ReadPieces.
   Status ReadPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces,
                     const ReadOptions& options) override;
   // Fetches only the chunks no tier holds (no disk read for the rest).

@@ -49,7 +49,7 @@ std::string VerifyPiece(const PieceRead& plan, const uint8_t* data, const uint8_
     return "stored length " + std::to_string(stored_length) + ", manifest says " + std::to_string(chunk_length);
   }
   if (plan.whole) {
-    const Hash128 got = HashBytes(data, stored_length);
+    const Hash128 got = ChunkDigest(data, stored_length);
     return got == chunk_hash ? "" : "hash " + got.ToHex() + ", manifest says " + chunk_hash.ToHex();
   }
   const auto* hashes = reinterpret_cast<const uint64_t*>(table);

@@ -128,7 +128,7 @@ std::vector<ChunkPtr> NvmeStore::Lookup(std::span<const NvmeLookup> requests) {
       continue;
     }
     j.buf.Resize(j.loc.length);
-    const Hash128 got = HashBytes(j.buf.data(), j.buf.size());
+    const Hash128 got = ChunkDigest(j.buf.data(), j.buf.size());
     if (j.loc.length != want.length || got != want.hash) {
       checksum_failures_.fetch_add(1, std::memory_order_relaxed);
       SC_LOG_RATE_LIMITED(spdlog::level::err,

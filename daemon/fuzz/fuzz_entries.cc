@@ -41,6 +41,7 @@ DatasetPtr FuzzDataset() {
   static const DatasetPtr d = [] {
     v1::Manifest m;
     m.set_format_version(dataset::kManifestFormatVersion);
+    m.set_block_bytes(kChunkBlockBytes);
     m.set_name("recs");
     m.set_format(v1::RECORDS);
     m.set_chunk_bytes(64 << 10);

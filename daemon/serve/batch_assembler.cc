@@ -319,7 +319,7 @@ Status BatchAssembler::Plan(SampleLocator& locator, std::span<const uint64_t> id
 }
 
 void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t> ids, uint8_t* dest,
-                                   uint64_t dest_bytes, AssembleDone done, bool fields) {
+                                   uint64_t dest_bytes, AssembleDone done, bool fields, bool whole_chunks) {
   struct Job {
     DatasetPtr dataset;
     AssembledBatch out;
@@ -339,6 +339,7 @@ void BatchAssembler::AssembleAsync(SampleLocator& locator, std::vector<uint64_t>
     return;
   }
   job->options.priority = FetchPriority::kDemand;
+  job->options.whole_chunks = whole_chunks;
   job->options.deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.read_timeout_ms);
   // Runs whose chunks are all in memory are copied right here: the copy costs less than the

@@ -167,10 +167,11 @@ class BatchAssembler {
   // locator's error; the payload does not fit: ResourceExhausted naming the sizes). A chunk
   // that cannot be read: the source's error. `locator` is used only during the call. With
   // `fields` and a locator that has_fields(), the batch's field table is written after the
-  // payload (it must fit the slot too).
+  // payload (it must fit the slot too). `whole_chunks` false: chunks no tier holds are not
+  // fetched whole, only the blocks the samples cover (ReadOptions::whole_chunks).
   using AssembleDone = std::function<void(Status, AssembledBatch)>;
   void AssembleAsync(SampleLocator& locator, std::vector<uint64_t> ids, uint8_t* dest,
-                     uint64_t dest_bytes, AssembleDone done, bool fields = false);
+                     uint64_t dest_bytes, AssembleDone done, bool fields = false, bool whole_chunks = true);
 
   // Queues a prefetch-priority ChunkSource::Prefetch of chunks [first, first + count) of
   // `shard` (it warms the cache tiers below; a cache fetches only what it lacks, as one

@@ -69,7 +69,9 @@ Result<OpenedLoader> LoaderFactory::Open(Arena& arena, const v1::OpenLoaderReque
   // this epoch still needs.
   uint64_t dataset_bytes = 0;
   for (const auto& shard : m.shards()) dataset_bytes += shard.size_bytes();
-  lo.lookahead_in_flight_only = dataset_bytes <= source_.CapacityBytes();
+  const bool fits = dataset_bytes <= source_.CapacityBytes();
+  lo.lookahead_in_flight_only = fits;
+  lo.whole_chunks = fits || o.plan.mode != plan::ShuffleMode::kGlobal;
   lo.fields = o.fields;
   std::unique_ptr<batch_ring::RingWriter> ring;
   if (o.ring) {

@@ -126,7 +126,7 @@ void LoaderPipeline::StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, 
                                                               .count());
                              OnAssembled(seq, std::move(s), std::move(batch));
                            },
-                           options_.fields);
+                           options_.fields, options_.whole_chunks);
 }
 
 void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
@@ -251,7 +251,7 @@ bool LoaderPipeline::Warm() {
   const uint64_t lookahead = options_.lookahead_bytes_live
                                  ? options_.lookahead_bytes_live->load(std::memory_order_relaxed)
                                  : options_.lookahead_bytes;
-  if (lookahead == 0) return false;
+  if (lookahead == 0 || !options_.whole_chunks) return false;
   uint64_t base;
   {
     MutexLock l(&mu_);

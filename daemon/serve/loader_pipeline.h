@@ -68,6 +68,10 @@ struct LoaderPipelineOptions {
   // Then the lookahead bounds the bytes requested and not yet landed, and at most
   // kMaxWarmTrackedChunks chunks are tracked ahead of assembly.
   bool lookahead_in_flight_only = false;
+  // false (LoaderFactory: a global shuffle of a dataset larger than the tiers): no warm reads,
+  // and batches fetch only the blocks their samples cover (ReadOptions::whole_chunks), since a
+  // chunk fetched whole would be pushed out before most of its samples come up.
+  bool whole_chunks = true;
   // Write each batch's field table after its payload (tar datasets; sample_fields.h).
   bool fields = false;
 };

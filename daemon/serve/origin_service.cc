@@ -1,6 +1,7 @@
 #include "daemon/serve/origin_service.h"
 
 
+#include <algorithm>
 #include <deque>
 #include <thread>
 
@@ -325,14 +326,51 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
     return true;
   }
 
+  // A block range names blocks inside its one chunk.
+  Status CheckBlockRange(const DatasetPtr& d) const {
+    if (req_.block_count() == 0) {
+      if (req_.first_block() != 0) return InvalidArgument("first_block without block_count");
+      return Status::Ok();
+    }
+    if (req_.chunk_count() != 1) {
+      return InvalidArgument("a block range must name exactly one chunk (chunk_count " +
+                             std::to_string(req_.chunk_count()) + ")");
+    }
+    const uint64_t blocks = ChunkBlockCount(dataset::ChunkLength(d->manifest, req_.shard(), req_.first_chunk()));
+    if (uint64_t{req_.first_block()} + req_.block_count() > blocks) {
+      return InvalidArgument("blocks [" + std::to_string(req_.first_block()) + ", +" +
+                             std::to_string(req_.block_count()) + ") lie outside chunk " +
+                             std::to_string(req_.first_chunk()) + " of shard " + std::to_string(req_.shard()) +
+                             " of '" + req_.dataset() + "' (" + std::to_string(blocks) + " blocks)");
+    }
+    return Status::Ok();
+  }
+
+  // One message: the request's blocks of its chunk, with the chunk's block table if asked.
+  Status SendBlocks(const DatasetPtr& d, const ReadOptions& ro, upstream::ChunkEncoder& encoder) {
+    SC_ASSIGN_OR_RETURN(BlockRange r, svc_->source_.ReadBlocks(d, req_.shard(), req_.first_chunk(), req_.first_block(),
+                                                               req_.block_count(), req_.want_block_table(), ro));
+    auto msg = std::make_unique<v1::ChunkMessage>();
+    msg->set_chunk(req_.first_chunk());
+    msg->set_hash(dataset::ChunkHash(d->manifest, req_.shard(), req_.first_chunk()).ToBytes());
+    msg->set_first_block(req_.first_block());
+    *msg->mutable_block_table() = std::move(r.table);
+    encoder.Encode(r.bytes->bytes.data() + r.offset, r.size, req_.accept_zstd(), msg.get());
+    CountBytes(r.size, msg->payload().size() + msg->block_table().size());
+    if (!Push(std::move(msg))) return Cancelled("client went away");
+    return Status::Ok();
+  }
+
   void Produce() {
     Status st = [&]() -> Status {
       SC_ASSIGN_OR_RETURN(DatasetPtr d, svc_->OpenVersion(req_.dataset(), req_.version()));
       SC_RETURN_IF_ERROR(CheckChunkRange(d, req_.shard(), req_.first_chunk(), req_.chunk_count()));
+      SC_RETURN_IF_ERROR(CheckBlockRange(d));
       ReadOptions ro;
       ro.deadline = deadline_;
       ro.priority = req_.priority() == v1::PREFETCH ? FetchPriority::kPrefetch : FetchPriority::kDemand;
       upstream::ChunkEncoder encoder(svc_->options_.encoder);
+      if (req_.block_count() > 0) return SendBlocks(d, ro, encoder);
       return svc_->source_.ReadChunks(
           d, req_.shard(), req_.first_chunk(), req_.chunk_count(), ro,
           [&](uint64_t index, const ChunkPtr& chunk) -> Status {

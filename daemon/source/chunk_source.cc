@@ -1,7 +1,10 @@
 #include "daemon/source/chunk_source.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+
+#include "common/hash.h"
 
 namespace shardcache {
 
@@ -44,6 +47,19 @@ Status ChunkSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
     it = next;
   }
   return Status::Ok();
+}
+
+Result<BlockRange> ChunkSource::ReadBlocks(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk,
+                                           uint32_t first_block, uint32_t block_count, bool want_table,
+                                           const ReadOptions& options) {
+  SC_ASSIGN_OR_RETURN(ChunkPtr whole, ReadChunk(dataset, shard, chunk, options));
+  BlockRange r;
+  const uint64_t size = whole->bytes.size();
+  r.offset = std::min<uint64_t>(size, uint64_t{first_block} * kChunkBlockBytes);
+  r.size = std::min<uint64_t>(size - r.offset, uint64_t{block_count} * kChunkBlockBytes);
+  if (want_table) r.table = BlockTable(whole->bytes.data(), size);
+  r.bytes = std::move(whole);
+  return r;
 }
 
 Status ChunkSource::Prefetch(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,

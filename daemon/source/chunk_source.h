@@ -45,6 +45,11 @@ struct ReadOptions {
   std::chrono::steady_clock::time_point deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(60);
   FetchPriority priority = FetchPriority::kDemand;
+  // ReadPieces only. false: a cache tier that misses fetches only the blocks covering the pieces
+  // (the upstream's ReadPieces) and keeps none of them — for reads whose chunks no tier would
+  // keep until their other samples are read (a global shuffle of a dataset larger than the
+  // cache). true: misses fetch and keep whole chunks.
+  bool whole_chunks = true;
 };
 
 // Receives chunks in order. Returning a non-OK status stops the read with that status.
@@ -56,6 +61,14 @@ struct ChunkPiece {
   uint64_t offset = 0;  // within the chunk
   uint64_t length = 0;
   uint8_t* dest = nullptr;
+};
+
+// What ReadBlocks returns: the range is bytes [offset, offset + size) of `bytes` (the whole
+// chunk where the source read it whole).
+struct BlockRange {
+  ChunkPtr bytes;
+  uint64_t offset = 0, size = 0;
+  std::string table;  // the chunk's block table, when asked for
 };
 
 class ChunkSource {
@@ -86,6 +99,15 @@ class ChunkSource {
   // alignment allows). InvalidArgument when a piece lies outside its chunk.
   virtual Status ReadPieces(const DatasetPtr& dataset, uint32_t shard,
                             std::span<const ChunkPiece> pieces, const ReadOptions& options);
+
+  // Blocks [first_block, first_block + block_count) of one chunk (16 KiB blocks, common/hash.h),
+  // every byte verified, with the chunk's block table when `want_table` (it matches the
+  // manifest's Merkle root). The caller has checked that the blocks lie inside the chunk. The
+  // default reads the whole chunk with ReadChunks; a source that can verify blocks alone reads
+  // only those (FileSource, once it knows the chunk's table).
+  virtual Result<BlockRange> ReadBlocks(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk,
+                                        uint32_t first_block, uint32_t block_count, bool want_table,
+                                        const ReadOptions& options);
 
   // Makes chunks [first, first + count) available in the tiers at and below this source without
   // handing them to anybody (the prefetcher's warm reads). The default reads them with

@@ -247,7 +247,7 @@ Status FileSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t firs
     SC_RETURN_IF_ERROR(PreadFull(fd.get(), chunk->bytes.data(), len, offset,
                                  root_ + "/" + d->name + "/" + path));
     FileReadBytes()->Add(len);
-    chunk->hash = HashBytes(chunk->bytes.data(), len);
+    chunk->hash = ChunkDigest(chunk->bytes.data(), len);
     const Hash128 want = dataset::ChunkHash(m, shard, c);
     if (chunk->hash != want) {
       ChecksumFailures()->Add();
@@ -262,6 +262,46 @@ Status FileSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t firs
     SC_RETURN_IF_ERROR(sink(c, chunk));
   }
   return Status::Ok();
+}
+
+Result<BlockRange> FileSource::ReadBlocks(const DatasetPtr& d, uint32_t shard, uint64_t chunk,
+                                          uint32_t first_block, uint32_t block_count, bool want_table,
+                                          const ReadOptions& options) {
+  const ChunkKey key{VersionId(d->version), shard, chunk};
+  BlockTablePtr table = tables_.Get(key);
+  if (!table) {
+    // The first range of this chunk: verify it whole, remember its table, slice.
+    SC_ASSIGN_OR_RETURN(BlockRange whole, ChunkSource::ReadBlocks(d, shard, chunk, first_block, block_count,
+                                                                  /*want_table=*/true, options));
+    tables_.Put(key, std::make_shared<const std::string>(whole.table));
+    if (!want_table) whole.table.clear();
+    return whole;
+  }
+  SC_RETURN_IF_ERROR(CheckDatasetName(d->name));
+  SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenShard(*d, shard));
+  const auto& m = d->manifest;
+  const uint64_t length = dataset::ChunkLength(m, shard, chunk);
+  BlockRange r;
+  const uint64_t begin = std::min<uint64_t>(length, uint64_t{first_block} * kChunkBlockBytes);
+  r.size = std::min<uint64_t>(length - begin, uint64_t{block_count} * kChunkBlockBytes);
+  auto bytes = std::make_shared<Chunk>();
+  bytes->bytes = AlignedBuffer(r.size);
+  const std::string path = root_ + "/" + d->name + "/" + m.shards(static_cast<int>(shard)).path();
+  const uint64_t offset = chunk * m.chunk_bytes() + begin;
+  SC_RETURN_IF_ERROR(PreadFull(fd.get(), bytes->bytes.data(), r.size, offset, path));
+  FileReadBytes()->Add(r.size);
+  Status ok = CheckBlocks(*table, first_block, bytes->bytes.data(), r.size,
+                          path + " (dataset '" + d->name + "', shard " + std::to_string(shard) + ", chunk " +
+                              std::to_string(chunk) + ", offset " + std::to_string(offset) + ")");
+  if (!ok.ok()) {
+    ChecksumFailures()->Add();
+    SC_LOG_RATE_LIMITED(spdlog::level::err, "corrupt block: {}", ok.message());
+    return ok;
+  }
+  bytes->hash = dataset::ChunkHash(m, shard, chunk);
+  r.bytes = std::move(bytes);
+  if (want_table) r.table = *table;
+  return r;
 }
 
 }  // namespace shardcache::upstream

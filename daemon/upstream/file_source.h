@@ -22,6 +22,11 @@
 // DataLoss naming dataset, shard file, chunk and offset, and is counted in
 // shardcache_origin_checksum_failures_total. Corrupt data is never served.
 //
+// Block ranges (ReadBlocks): the first range of a chunk reads and verifies the whole chunk and
+// remembers its block table (BlockTables); later ranges of it read only their blocks and check
+// each against the table, so a global shuffle of small samples costs the origin's disk about the
+// bytes it serves, not a whole chunk per sample.
+//
 // Thread safety: safe for concurrent use (the manifest cache takes a mutex; reads are pread).
 #pragma once
 
@@ -35,6 +40,7 @@
 #include "common/fs.h"
 #include "common/mutex.h"
 #include "daemon/source/chunk_source.h"
+#include "daemon/upstream/block_tables.h"
 
 namespace shardcache::upstream {
 
@@ -48,6 +54,8 @@ class FileSource final : public ChunkSource {
   Result<std::string> GetSampleIndex(const DatasetPtr& dataset, uint32_t shard) override;
   Status ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& options, const ChunkSink& sink) override;
+  Result<BlockRange> ReadBlocks(const DatasetPtr& dataset, uint32_t shard, uint64_t chunk, uint32_t first_block,
+                                uint32_t block_count, bool want_table, const ReadOptions& options) override;
 
   const std::string& root() const { return root_; }
 
@@ -72,6 +80,7 @@ class FileSource final : public ChunkSource {
 
   const std::string root_;   // as given, for messages
   const UniqueFd root_fd_;   // O_RDONLY | O_DIRECTORY; every open is relative to it
+  BlockTables tables_;       // of chunks read whole, for ReadBlocks
   Mutex mu_;
   std::map<std::string, Cached> cache_ GUARDED_BY(mu_);  // by dataset name
 };

@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <random>
 
 #include <spdlog/spdlog.h>
@@ -25,8 +27,11 @@ using stats::Family;
 constexpr Family kWireBytes{"shardcache_upstream_wire_bytes_total",
                             "Chunk payload bytes received from the upstream as sent (after zstd)"};
 constexpr Family kPayloadBytes{"shardcache_upstream_payload_bytes_total",
-                               "Verified chunk bytes fetched from the upstream (after decoding)"};
+                               "Verified bytes fetched from the upstream after decoding (chunks, block ranges and "
+                               "their block tables)"};
 constexpr Family kChunks{"shardcache_upstream_chunks_total", "Chunks fetched and verified"};
+constexpr Family kBlockRanges{"shardcache_upstream_block_ranges_total",
+                              "Block ranges of chunks fetched and verified (sub-chunk reads)"};
 constexpr Family kStreams{"shardcache_upstream_streams_total", "ReadChunks streams opened upstream"};
 constexpr Family kRetries{"shardcache_upstream_retries_total", "Upstream attempts after a failure"};
 constexpr Family kChecksumFailures{"shardcache_upstream_checksum_failures_total",
@@ -112,6 +117,9 @@ struct GrpcSource::FetchTask {
   FetchPriority priority = FetchPriority::kDemand;
   Clock::time_point deadline;
   std::vector<Flights::Flight> flights;  // leaders of chunks [first, end)
+  // A block range (block_count > 0): blocks [first_block, first_block + block_count) of chunk
+  // `first` (end == first + 1); its one flight publishes the range's bytes.
+  uint32_t first_block = 0, block_count = 0;
 
   // Cancellation by the caller that gave up, or by shutdown: stops between messages and
   // interrupts a blocking Read through the active context.
@@ -516,6 +524,106 @@ std::vector<std::unique_ptr<GrpcSource::Connection>> GrpcSource::TakeIdleConnect
   return idle;
 }
 
+namespace {
+
+// The single-flight key of a block range: the chunk's key with the version id replaced by one
+// that also names the blocks (a separate table from whole chunks, so the two never mix).
+ChunkKey RangeKey(const DatasetPtr& d, uint32_t shard, uint64_t chunk, uint32_t first_block, uint32_t block_count) {
+  return ChunkKey{HashBytes(d->version + "/blocks/" + std::to_string(first_block) + "+" + std::to_string(block_count)),
+                  shard, chunk};
+}
+
+}  // namespace
+
+GrpcSource::Flights::Flight GrpcSource::LaunchRange(const DatasetPtr& d, uint32_t shard, uint64_t chunk,
+                                                     uint32_t first_block, uint32_t block_count,
+                                                     const ReadOptions& options,
+                                                     std::vector<std::shared_ptr<FetchTask>>* mine) {
+  Flights::Flight f = range_flights_.Join(RangeKey(d, shard, chunk, first_block, block_count));
+  Flights::Flight handle = f.Share();
+  if (f.leader()) {
+    auto task = std::make_shared<FetchTask>();
+    task->dataset = d;
+    task->shard = shard;
+    task->first = chunk;
+    task->end = chunk + 1;
+    task->first_block = first_block;
+    task->block_count = block_count;
+    task->priority = options.priority;
+    task->deadline = options.deadline;
+    task->flights.push_back(std::move(f));
+    mine->push_back(task);
+    Submit(std::move(task));
+  }
+  return handle;
+}
+
+Status GrpcSource::ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<const ChunkPiece> pieces,
+                              const ReadOptions& options) {
+  // Pieces by chunk and offset; a range covers a run of pieces whose blocks touch.
+  std::vector<const ChunkPiece*> order;
+  for (const ChunkPiece& p : pieces) {
+    SC_RETURN_IF_ERROR(CheckChunkRange(d, shard, p.chunk, 1));
+    SC_RETURN_IF_ERROR(CheckPiece(d, shard, p, dataset::ChunkLength(d->manifest, shard, p.chunk)));
+    if (p.length > 0) order.push_back(&p);
+  }
+  std::sort(order.begin(), order.end(), [](const ChunkPiece* a, const ChunkPiece* b) {
+    return a->chunk != b->chunk ? a->chunk < b->chunk : a->offset < b->offset;
+  });
+  struct Range {
+    uint64_t chunk;
+    uint64_t b0, b1;              // blocks [b0, b1)
+    size_t first_piece, end_piece;  // in `order`
+    Flights::Flight flight;
+  };
+  std::vector<Range> ranges;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const ChunkPiece& p = *order[i];
+    const uint64_t b0 = p.offset / kChunkBlockBytes, b1 = (p.offset + p.length + kChunkBlockBytes - 1) / kChunkBlockBytes;
+    if (!ranges.empty() && ranges.back().chunk == p.chunk && b0 <= ranges.back().b1) {
+      ranges.back().b1 = std::max(ranges.back().b1, b1);
+      ranges.back().end_piece = i + 1;
+    } else {
+      ranges.push_back(Range{p.chunk, b0, b1, i, i + 1, {}});
+    }
+  }
+  std::vector<std::shared_ptr<FetchTask>> mine;
+  for (Range& r : ranges) {
+    r.flight = LaunchRange(d, shard, r.chunk, static_cast<uint32_t>(r.b0), static_cast<uint32_t>(r.b1 - r.b0), options, &mine);
+  }
+  auto cancel_mine = [&] {
+    for (auto& t : mine) t->Cancel();
+  };
+  for (Range& r : ranges) {
+    std::optional<ChunkResult> v;
+    // A leader that gave up (another caller's, cancelled): fetch the range ourselves.
+    for (int rejoins = 0;; ++rejoins) {
+      v = r.flight.Wait(options.deadline + std::chrono::seconds(2));
+      if (!v || v->ok() || v->status().code() != StatusCode::kAborted || Clock::now() >= options.deadline ||
+          rejoins >= 4 * options_.max_retries + 4) {
+        break;
+      }
+      r.flight = LaunchRange(d, shard, r.chunk, static_cast<uint32_t>(r.b0), static_cast<uint32_t>(r.b1 - r.b0), options, &mine);
+    }
+    if (!v) {
+      cancel_mine();
+      return Unavailable(Where() + ": blocks [" + std::to_string(r.b0) + ", " + std::to_string(r.b1) + ") of chunk " +
+                         std::to_string(r.chunk) + " of shard " + std::to_string(shard) + " of '" + d->name +
+                         "' not received before the deadline");
+    }
+    if (!v->ok()) {
+      cancel_mine();
+      return v->status();
+    }
+    const Chunk& bytes = ***v;
+    for (size_t i = r.first_piece; i < r.end_piece; ++i) {
+      const ChunkPiece& p = *order[i];
+      std::memcpy(p.dest, bytes.bytes.data() + (p.offset - r.b0 * kChunkBlockBytes), p.length);
+    }
+  }
+  return Status::Ok();
+}
+
 void GrpcSource::WorkerLoop(uint64_t id) {
   MutexLock lock(&mu_);
   auto idle_since = Clock::now();
@@ -591,6 +699,7 @@ struct GrpcSource::TaskProgress {
   int mismatches = 0;  // failed verifications of chunk `next`
   Status last;         // the last attempt's error
   ChunkDecoder decoder;
+  BlockTablePtr table;  // a block range's: the chunk's verified block table, once known
 };
 
 // What one attempt (one ReadChunks stream) did.
@@ -656,6 +765,12 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
   req.set_chunk_count(task.end - p.next);
   req.set_priority(task.priority == FetchPriority::kDemand ? v1::DEMAND : v1::PREFETCH);
   req.set_accept_zstd(options_.accept_zstd);
+  if (task.block_count > 0) {
+    req.set_first_block(task.first_block);
+    req.set_block_count(task.block_count);
+    if (!p.table) p.table = tables_.Get(ChunkKey{VersionId(task.dataset->version), task.shard, task.first});
+    req.set_want_block_table(p.table == nullptr);
+  }
   streams_.fetch_add(1);
   auto reader = conn.stub->ReadChunks(&ctx, req);
   v1::ChunkMessage msg;
@@ -680,29 +795,37 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
 
 bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgress& p, Attempt& a) {
   const auto& m = task.dataset->manifest;
-  const uint64_t wire = msg.payload().size();
+  const uint64_t wire = msg.payload().size() + msg.block_table().size();
   wire_bytes_.fetch_add(wire);
   if (Status b = bucket_.Take(wire, task.deadline); !b.ok()) {
     a.local = b;
     return false;
   }
-  if (msg.chunk() != p.next) {
-    a.local = Internal(Where() + " sent chunk " + std::to_string(msg.chunk()) + ", expected " +
-                       std::to_string(p.next));
+  if (msg.chunk() != p.next || msg.first_block() != task.first_block) {
+    a.local = Internal(Where() + " sent chunk " + std::to_string(msg.chunk()) + " from block " +
+                       std::to_string(msg.first_block()) + ", expected chunk " + std::to_string(p.next) +
+                       " from block " + std::to_string(task.first_block));
     return false;
   }
-  const uint64_t len = dataset::ChunkLength(m, task.shard, p.next);
-  const std::string where = Where() + " dataset '" + task.dataset->name + "' shard " +
-                            std::to_string(task.shard) + " ('" + m.shards(static_cast<int>(task.shard)).path() +
-                            "') chunk " + std::to_string(p.next) + " (offset " +
-                            std::to_string(p.next * m.chunk_bytes()) + ")";
+  const bool range = task.block_count > 0;
+  uint64_t len = dataset::ChunkLength(m, task.shard, p.next);
+  std::string where = Where() + " dataset '" + task.dataset->name + "' shard " + std::to_string(task.shard) +
+                      " ('" + m.shards(static_cast<int>(task.shard)).path() + "') chunk " + std::to_string(p.next) +
+                      " (offset " + std::to_string(p.next * m.chunk_bytes()) + ")";
+  if (range) {
+    const uint64_t begin = uint64_t{task.first_block} * kChunkBlockBytes;
+    len = std::min<uint64_t>(len, begin + uint64_t{task.block_count} * kChunkBlockBytes) - begin;
+    where += " blocks [" + std::to_string(task.first_block) + ", +" + std::to_string(task.block_count) + ")";
+  }
   auto chunk = std::make_shared<Chunk>();
   Status v = p.decoder.Decode(msg, len, where, &chunk->bytes);
-  if (v.ok()) {
-    chunk->hash = HashBytes(chunk->bytes.data(), chunk->bytes.size());
+  if (v.ok() && range) {
+    v = VerifyRange(task, msg, p, *chunk, where);
+  } else if (v.ok()) {
+    chunk->hash = ChunkDigest(chunk->bytes.data(), chunk->bytes.size());
     const Hash128 want = dataset::ChunkHash(m, task.shard, p.next);
     if (chunk->hash != want) {
-      v = DataLoss(where + ": xxh3-128 of the received bytes is " + chunk->hash.ToHex() +
+      v = DataLoss(where + ": the Merkle root (xxh3-128 over 16 KiB blocks) of the received bytes is " + chunk->hash.ToHex() +
                    ", the manifest says " + want.ToHex());
     }
   }
@@ -717,14 +840,28 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
     return false;
   }
   // Count before publishing: a caller may read stats() as soon as it has the chunk.
-  chunks_.fetch_add(1);
-  payload_bytes_.fetch_add(len);
+  (range ? block_ranges_ : chunks_).fetch_add(1);
+  payload_bytes_.fetch_add(len + msg.block_table().size());
   task.flights[p.next - task.first].Publish(ChunkResult(ChunkPtr(std::move(chunk))));
   ++p.next;
   p.mismatches = 0;
   a.progressed = true;
   ObserveProgress(len, a.chunk_time);
   return !task.cancelled.load();
+}
+
+Status GrpcSource::VerifyRange(const FetchTask& task, const v1::ChunkMessage& msg, const TaskProgress& p,
+                               const Chunk& range, const std::string& where) {
+  const auto& m = task.dataset->manifest;
+  BlockTablePtr table = p.table;
+  if (!msg.block_table().empty()) {
+    SC_RETURN_IF_ERROR(CheckBlockTable(msg.block_table(), dataset::ChunkLength(m, task.shard, task.first),
+                                       dataset::ChunkHash(m, task.shard, task.first), where));
+    table = std::make_shared<const std::string>(msg.block_table());
+    tables_.Put(ChunkKey{VersionId(task.dataset->version), task.shard, task.first}, table);
+  }
+  if (!table) return DataLoss(where + ": the upstream sent no block table and none is known");
+  return CheckBlocks(*table, task.first_block, range.bytes.data(), range.bytes.size(), where);
 }
 
 bool GrpcSource::BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p) {
@@ -908,6 +1045,7 @@ void GrpcSource::VisitStats(const stats::Visitor& visit) const {
   stats::Counter(visit, kWireBytes, wire_bytes_.load());
   stats::Counter(visit, kPayloadBytes, payload_bytes_.load());
   stats::Counter(visit, kChunks, chunks_.load());
+  stats::Counter(visit, kBlockRanges, block_ranges_.load());
   stats::Counter(visit, kStreams, streams_.load());
   stats::Counter(visit, kRetries, retries_.load());
   stats::Counter(visit, kChecksumFailures, checksum_failures_.load());
@@ -918,6 +1056,7 @@ GrpcSource::Stats GrpcSource::stats() const {
   s.wire_bytes = wire_bytes_.load();
   s.payload_bytes = payload_bytes_.load();
   s.chunks = chunks_.load();
+  s.block_ranges = block_ranges_.load();
   s.streams = streams_.load();
   s.retries = retries_.load();
   s.checksum_failures = checksum_failures_.load();

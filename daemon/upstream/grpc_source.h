@@ -39,6 +39,13 @@
 // once after a failed attempt, on a connection of its own; the outcome feeds UpstreamHealth
 // (shardcache_upstream_up, /ready, /status).
 //
+// Block ranges (ReadPieces): the pieces a batch needs are fetched as ranges of 16 KiB blocks
+// (common/hash.h) covering them, one request per run of touching blocks of a chunk, through the
+// same stream slots, retries and controller as whole chunks (single-flight per range). The first
+// range of a chunk also brings the chunk's block table, checked against the manifest's Merkle
+// root and remembered (BlockTables); every block is checked against the table before any byte
+// of it is copied, and a block that fails is counted and refetched like a chunk.
+//
 // Integrity: every chunk is decoded (ChunkDecoder: bomb-safe) and checked against the hash in
 // the manifest before it is delivered or shared; a mismatch is counted and refetched, and after
 // `max_retries` mismatches of one chunk the result is DataLoss. Manifests are checked against
@@ -65,6 +72,7 @@
 #include "common/stats.h"
 #include "daemon/source/chunk_key.h"
 #include "daemon/source/chunk_source.h"
+#include "daemon/upstream/block_tables.h"
 #include "daemon/upstream/grpc_source_options.h"
 #include "daemon/upstream/single_flight.h"
 #include "daemon/upstream/stream_controller.h"
@@ -95,6 +103,9 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   Result<std::string> GetSampleIndex(const DatasetPtr& dataset, uint32_t shard) override;
   Status ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& options, const ChunkSink& sink) override;
+  // Fetches only the blocks covering the pieces (see above); nothing is kept but block tables.
+  Status ReadPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces,
+                    const ReadOptions& options) override;
   // Cancels the streams and unary calls in flight, drops queued fetches (their waiters get
   // Aborted) and refuses new ones; the workers exit.
   void Shutdown() override;
@@ -108,6 +119,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
     uint64_t wire_bytes = 0;         // payload bytes as received (compressed or raw)
     uint64_t payload_bytes = 0;      // verified chunk bytes after decoding
     uint64_t chunks = 0;             // chunks fetched and verified
+    uint64_t block_ranges = 0;       // block ranges fetched and verified (ReadPieces)
     uint64_t streams = 0;            // ReadChunks calls opened upstream
     uint64_t retries = 0;            // attempts after a failure
     uint64_t checksum_failures = 0;  // chunks that failed verification (refetched)
@@ -157,6 +169,14 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   Attempt Stream(FetchTask& task, Connection& conn, grpc::ClientContext& ctx, TaskProgress& p);
   // Verifies and publishes one message's chunk; false when the stream must be left.
   bool Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgress& p, Attempt& a);
+  // Checks a block range's bytes against the block table that came with it (itself checked
+  // against the manifest, then remembered) or the one remembered; DataLoss naming the block.
+  Status VerifyRange(const FetchTask& task, const v1::ChunkMessage& msg, const TaskProgress& p,
+                     const Chunk& range, const std::string& where);
+  // Starts (or joins) the fetch of blocks [first_block, first_block + block_count) of a chunk.
+  Flights::Flight LaunchRange(const DatasetPtr& d, uint32_t shard, uint64_t chunk, uint32_t first_block,
+                              uint32_t block_count, const ReadOptions& options,
+                              std::vector<std::shared_ptr<FetchTask>>* mine);
   // After a failed attempt: fails the rest or sleeps the backoff; false when the task is over.
   bool BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p);
   // Publishes `s` to every chunk not yet published.
@@ -182,6 +202,8 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   TokenBucket bucket_;
   StreamController controller_;
   Flights flights_;
+  Flights range_flights_;  // block ranges, keyed by RangeKey (grpc_source.cc)
+  BlockTables tables_;
   UpstreamHealth health_;
 
   // Scheduler: FetchTasks wait here for a stream slot (= connection).
@@ -218,7 +240,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   std::map<std::string, CachedManifest> manifests_ GUARDED_BY(manifest_mu_);
   SingleFlight<std::string, Result<DatasetPtr>> manifest_flights_;  // per dataset name
 
-  std::atomic<uint64_t> wire_bytes_{0}, payload_bytes_{0}, chunks_{0}, streams_{0}, retries_{0},
+  std::atomic<uint64_t> wire_bytes_{0}, payload_bytes_{0}, chunks_{0}, block_ranges_{0}, streams_{0}, retries_{0},
       checksum_failures_{0};
   metrics::SourceHandle stats_source_;  // reset first thing in the destructor
 };

@@ -10,7 +10,7 @@ ChunkPtr MakeChunk(size_t n, uint8_t fill) {
   auto c = std::make_shared<Chunk>();
   c->bytes = AlignedBuffer(n);
   std::fill(c->bytes.data(), c->bytes.data() + n, fill);
-  c->hash = HashBytes(c->bytes.data(), n);
+  c->hash = ChunkDigest(c->bytes.data(), n);
   return c;
 }
 }  // namespace

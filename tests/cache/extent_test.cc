@@ -71,7 +71,7 @@ TEST_CASE("extent: a partial piece reads its covering blocks and their table pag
 TEST_CASE("extent: verification accepts good bytes and names what is wrong") {
   const uint64_t len = 8 * kBlock + 1234;
   const std::vector<uint8_t> chunk = RandomBytes(len, 7);
-  const Hash128 hash = HashBytes(chunk.data(), len);
+  const Hash128 hash = ChunkDigest(chunk.data(), len);
   const AlignedBuffer table = BlockTable(chunk.data(), len);
   REQUIRE(table.size() == TableBytes(len));
 

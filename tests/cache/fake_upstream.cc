@@ -22,6 +22,7 @@ void FillSyntheticChunk(uint64_t seed, uint32_t shard, uint64_t chunk, uint8_t* 
 DatasetPtr MakeSyntheticDataset(const SyntheticDatasetOptions& o) {
   v1::Manifest m;
   m.set_format_version(dataset::kManifestFormatVersion);
+  m.set_block_bytes(kChunkBlockBytes);
   m.set_name(o.name);
   m.set_format(v1::RECORDS);
   m.set_chunk_bytes(o.chunk_bytes);
@@ -37,7 +38,7 @@ DatasetPtr MakeSyntheticDataset(const SyntheticDatasetOptions& o) {
     for (uint64_t c = 0; c < chunks; ++c) {
       const uint64_t len = std::min(o.chunk_bytes, o.shard_bytes - c * o.chunk_bytes);
       FillSyntheticChunk(o.seed, s, c, buf.data(), len);
-      hashes += HashBytes(buf.data(), len).ToBytes();
+      hashes += ChunkDigest(buf.data(), len).ToBytes();
     }
     shard->set_chunk_hashes(hashes);
   }
@@ -58,7 +59,7 @@ ChunkPtr MakeSyntheticChunk(const SyntheticDatasetOptions& o, const DatasetPtr& 
   auto c = std::make_shared<Chunk>();
   c->bytes = AlignedBuffer(len);
   FillSyntheticChunk(o.seed, shard, chunk, c->bytes.data(), len);
-  c->hash = HashBytes(c->bytes.data(), len);
+  c->hash = ChunkDigest(c->bytes.data(), len);
   return c;
 }
 

@@ -122,7 +122,7 @@ ChunkPtr PatternChunk(uint64_t length, uint64_t seed) {
   auto c = std::make_shared<Chunk>();
   c->bytes = AlignedBuffer(length);
   FillSyntheticChunk(seed, 7, seed, c->bytes.data(), length);
-  c->hash = HashBytes(c->bytes.data(), length);
+  c->hash = ChunkDigest(c->bytes.data(), length);
   return c;
 }
 

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/metrics.h"
@@ -46,6 +48,33 @@ TEST_CASE("xxh3-128 hashes round-trip through bytes and hex") {
   s.Update("hello ", 6);
   s.Update("shardcache", 10);
   CHECK(s.Digest() == h);
+}
+
+TEST_CASE("a chunk digest is the Merkle root of its 16 KiB block table; each block checks alone") {
+  std::string chunk(3 * kChunkBlockBytes + 100, '\0');  // 3 full blocks and a short one
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>(i * 131 + (i >> 9));
+  const std::string table = BlockTable(chunk.data(), chunk.size());
+  REQUIRE(ChunkBlockCount(chunk.size()) == 4);
+  REQUIRE(table.size() == 4 * kBlockHashBytes);
+  CHECK(ChunkDigest(chunk.data(), chunk.size()) == RootOfBlockTable(table));
+  CHECK(ChunkDigest(chunk.data(), chunk.size()) != HashBytes(chunk));  // not the flat hash
+  for (size_t b = 0; b < 4; ++b) {
+    const size_t off = b * kChunkBlockBytes, n = std::min(kChunkBlockBytes, chunk.size() - off);
+    CHECK(BlockTableEntry(table, b) == HashBytes(chunk.data() + off, n));
+  }
+  SECTION("one changed byte changes its block's entry only, and the root") {
+    std::string bad = chunk;
+    bad[2 * kChunkBlockBytes + 7] ^= 1;
+    const std::string bad_table = BlockTable(bad.data(), bad.size());
+    CHECK(BlockTableEntry(bad_table, 2) != BlockTableEntry(table, 2));
+    CHECK(BlockTableEntry(bad_table, 1) == BlockTableEntry(table, 1));
+    CHECK(BlockTableEntry(bad_table, 3) == BlockTableEntry(table, 3));
+    CHECK(ChunkDigest(bad.data(), bad.size()) != ChunkDigest(chunk.data(), chunk.size()));
+  }
+  SECTION("an empty chunk has no blocks") {
+    CHECK(ChunkBlockCount(0) == 0);
+    CHECK(BlockTable(chunk.data(), 0).empty());
+  }
 }
 
 TEST_CASE("files are written atomically and read back") {

@@ -109,6 +109,29 @@ TEST_CASE("a shard file that no longer matches the manifest is reported with its
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == StatusCode::kDataLoss);
   }
+  SECTION("a format-1 manifest (flat chunk hashes) is refused with what to run") {
+    auto d = LoadDatasetDir(tmp / "m");
+    REQUIRE(d.ok());
+    v1::Manifest old = (*d)->manifest;
+    old.set_format_version(1);
+    old.clear_block_bytes();
+    REQUIRE(WriteFileAtomic(ManifestPath(tmp / "m"), old.SerializeAsString()).ok());
+    auto r = LoadDatasetDir(tmp / "m");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kFailedPrecondition);
+    CHECK_THAT(r.status().message(), Catch::Contains("manifest.pb") && Catch::Contains("format version 1") &&
+                                         Catch::Contains("shardctl index"));
+  }
+  SECTION("a manifest with another block size is refused naming it") {
+    auto d = LoadDatasetDir(tmp / "m");
+    REQUIRE(d.ok());
+    v1::Manifest odd = (*d)->manifest;
+    odd.set_block_bytes(65536);
+    REQUIRE(WriteFileAtomic(ManifestPath(tmp / "m"), odd.SerializeAsString()).ok());
+    auto r = LoadDatasetDir(tmp / "m");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.status().message(), Catch::Contains("block_bytes 65536"));
+  }
   SECTION("a corrupt manifest file is DataLoss naming it") {
     REQUIRE(WriteFileAtomic(ManifestPath(tmp / "m"), std::string("\xff\xff\xff garbage", 11)).ok());
     auto r = LoadDatasetDir(tmp / "m");

@@ -257,3 +257,53 @@ TEST_CASE("a re-indexed dataset is picked up as a new version", "[file_source]")
   CHECK((*b)->version == (*second)->version);
   CHECK((*b)->version != (*a)->version);
 }
+
+TEST_CASE("block ranges: the first reads its chunk whole, later ones only their blocks, each verified",
+          "[file_source][blocks][integrity]") {
+  TempDir root;
+  REQUIRE(MakeRecordsDataset(root.path(), "recs", 1, 40, 4096, 64 << 10).ok());
+  auto src = OpenRoot(root.path());
+  auto d = src->OpenDataset("recs");
+  REQUIRE(d.ok());
+  const std::string path = root / "recs/shard-00000.bin";
+  const std::string chunk1 = FileBytes(path, 65536, 65536);
+  auto* read_bytes = metrics::Registry::Global().GetCounter("shardcache_file_read_bytes_total", "");
+  auto* failures = metrics::Registry::Global().GetCounter("shardcache_origin_checksum_failures_total", "");
+  auto range_bytes = [](const BlockRange& r) {
+    return std::string(reinterpret_cast<const char*>(r.bytes->bytes.data()) + r.offset, r.size);
+  };
+
+  uint64_t before = read_bytes->Value();
+  auto first = src->ReadBlocks(*d, 0, 1, 1, 1, /*want_table=*/true, Within(std::chrono::seconds(10)));
+  REQUIRE(first.ok());
+  CHECK(range_bytes(*first) == chunk1.substr(16384, 16384));
+  CHECK(first->table == BlockTable(chunk1.data(), chunk1.size()));
+  CHECK(read_bytes->Value() - before == 65536);  // whole, to learn the table
+
+  before = read_bytes->Value();
+  auto later = src->ReadBlocks(*d, 0, 1, 2, 2, /*want_table=*/false, Within(std::chrono::seconds(10)));
+  REQUIRE(later.ok());
+  CHECK(range_bytes(*later) == chunk1.substr(32768, 32768));
+  CHECK(later->table.empty());
+  CHECK(read_bytes->Value() - before == 32768);  // only the two blocks
+
+  SECTION("a byte changed on disk after the table was learned is DataLoss naming the block") {
+    {
+      UniqueFd fd(::open(path.c_str(), O_RDWR));
+      char x = 0;
+      REQUIRE(::pread(fd.get(), &x, 1, 65536 + 3 * 16384 + 7) == 1);
+      x = static_cast<char>(x ^ 0xff);
+      REQUIRE(::pwrite(fd.get(), &x, 1, 65536 + 3 * 16384 + 7) == 1);
+    }
+    const uint64_t failed = failures->Value();
+    auto bad = src->ReadBlocks(*d, 0, 1, 2, 2, false, Within(std::chrono::seconds(10)));
+    CHECK(bad.status().code() == StatusCode::kDataLoss);
+    CHECK_THAT(bad.status().message(), Catch::Contains("shard-00000.bin") && Catch::Contains("chunk 1") &&
+                                           Catch::Contains("block 3"));
+    CHECK(failures->Value() == failed + 1);
+    // Block 2 alone is still good.
+    auto good = src->ReadBlocks(*d, 0, 1, 2, 1, false, Within(std::chrono::seconds(10)));
+    REQUIRE(good.ok());
+    CHECK(range_bytes(*good) == chunk1.substr(32768, 16384));
+  }
+}

@@ -1,0 +1,235 @@
+// Block ranges end to end on loopback: GrpcSource::ReadPieces fetches only the 16 KiB blocks
+// (common/hash.h) that cover the pieces, verifies each against the chunk's block table (itself
+// checked against the manifest's Merkle root), and never delivers a byte that failed; the Origin
+// service refuses ranges that do not lie inside one chunk.
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/hash.h"
+#include "daemon/cache/cached_source.h"
+#include "shardcache/origin.grpc.pb.h"
+#include "upstream/origin_fixture.h"
+
+using namespace shardcache;
+using namespace shardcache::testing;
+
+namespace {
+
+constexpr uint64_t kBlock = kChunkBlockBytes;
+constexpr uint64_t kChunk = OriginFixture::kChunk;  // 4 blocks; chunk 2 of a shard has 2
+
+// Pieces of one shard read into buffers of their own.
+struct Reads {
+  std::vector<ChunkPiece> pieces;
+  std::vector<std::string> bufs;
+
+  void Add(uint64_t chunk, uint64_t offset, uint64_t length) {
+    bufs.emplace_back(length, '\0');
+    pieces.push_back(ChunkPiece{chunk, offset, length, nullptr});
+  }
+  std::span<const ChunkPiece> Bind() {
+    for (size_t i = 0; i < pieces.size(); ++i) pieces[i].dest = reinterpret_cast<uint8_t*>(bufs[i].data());
+    return pieces;
+  }
+  // Every piece holds the shard file's bytes.
+  void CheckAgainst(const std::string& shard_path) const {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const ChunkPiece& p = pieces[i];
+      CHECK(bufs[i] == FileBytes(shard_path, p.chunk * kChunk + p.offset, p.length));
+    }
+  }
+};
+
+grpc::Status RawRange(const std::string& target, uint64_t chunk, uint64_t chunk_count, uint32_t first_block,
+                      uint32_t block_count, std::vector<v1::ChunkMessage>* out = nullptr) {
+  auto stub = v1::Origin::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ReadChunksRequest req;
+  req.set_dataset("recs");
+  req.set_shard(0);
+  req.set_first_chunk(chunk);
+  req.set_chunk_count(chunk_count);
+  req.set_first_block(first_block);
+  req.set_block_count(block_count);
+  req.set_want_block_table(true);
+  auto reader = stub->ReadChunks(&ctx, req);
+  v1::ChunkMessage m;
+  while (reader->Read(&m)) {
+    if (out) out->push_back(m);
+  }
+  return reader->Finish();
+}
+
+}  // namespace
+
+TEST_CASE("pieces fetch only the 16 KiB blocks that cover them, byte-exact", "[origin][blocks]") {
+  OriginFixture o;
+  auto client = o.Client();
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+
+  Reads r;
+  r.Add(0, 100, 50);                    // block 0 of chunk 0 ...
+  r.Add(0, kBlock + 10, 20000);         // ... blocks 1-2, touching: one range [0, 3)
+  r.Add(1, 60000, kChunk - 60000);      // the last block of chunk 1, to the chunk's end
+  r.Add(2, 20000, 32768 - 20000);       // the last block of the short chunk 2 (32 KiB)
+  REQUIRE(client->ReadPieces(*d, 0, r.Bind(), Within(std::chrono::seconds(20))).ok());
+  r.CheckAgainst(o.ShardPath(0));
+
+  const auto s = client->stats();
+  CHECK(s.chunks == 0);
+  CHECK(s.block_ranges == 3);
+  // 3 + 1 + 1 blocks, plus each chunk's table once (4 + 4 + 2 entries).
+  CHECK(s.payload_bytes == 5 * kBlock + 10 * kBlockHashBytes);
+
+  SECTION("a later range of a chunk reuses its verified table") {
+    Reads again;
+    again.Add(0, 3 * kBlock + 1, 2);
+    REQUIRE(client->ReadPieces(*d, 0, again.Bind(), Within(std::chrono::seconds(20))).ok());
+    again.CheckAgainst(o.ShardPath(0));
+    CHECK(client->stats().payload_bytes == s.payload_bytes + kBlock);
+    CHECK(client->stats().block_ranges == 4);
+  }
+  SECTION("pieces outside the chunk are refused before anything is fetched") {
+    Reads bad;
+    bad.Add(2, 30000, 5000);  // past the end of the 32 KiB chunk
+    Status st = client->ReadPieces(*d, 0, bad.Bind(), Within(std::chrono::seconds(5)));
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK(client->stats().streams == s.streams);
+  }
+}
+
+TEST_CASE("a block corrupted in transit is counted and refetched, never served", "[origin][blocks][integrity]") {
+  OriginFixture o({}, /*faulty=*/true);
+  upstream::GrpcSourceOptions co;
+  co.max_retries = 3;
+  auto client = o.Client(co);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  // FaultySource flips the middle byte of chunk 1: block 2.
+  o.faults->corrupt_chunk = 1;
+  Reads warm;  // a clean range first, so the chunk's table is known
+  warm.Add(1, 10, 10);
+  REQUIRE(client->ReadPieces(*d, 0, warm.Bind(), Within(std::chrono::seconds(20))).ok());
+
+  SECTION("corrupt twice, then good") {
+    o.faults->corrupt_first = 2;
+    Reads r;
+    r.Add(1, 2 * kBlock + 5, 100);
+    REQUIRE(client->ReadPieces(*d, 0, r.Bind(), Within(std::chrono::seconds(20))).ok());
+    r.CheckAgainst(o.ShardPath(0));
+    CHECK(client->stats().checksum_failures == 2);
+  }
+  SECTION("corrupt every time: DataLoss naming the block, and no byte delivered") {
+    o.faults->corrupt_first = 1000;
+    Reads r;
+    r.Add(1, 2 * kBlock + 5, 100);
+    Status st = client->ReadPieces(*d, 0, r.Bind(), Within(std::chrono::seconds(20)));
+    CHECK(st.code() == StatusCode::kDataLoss);
+    CHECK_THAT(st.message(), Catch::Contains("chunk 1") && Catch::Contains("block 2"));
+    CHECK(r.bufs[0] == std::string(100, '\0'));
+    CHECK(client->stats().checksum_failures == 4);
+  }
+  SECTION("a range without the bad block is served from the same corrupt chunk") {
+    o.faults->corrupt_first = 1000;
+    Reads r;
+    r.Add(1, kBlock, kBlock);  // block 1 only
+    REQUIRE(client->ReadPieces(*d, 0, r.Bind(), Within(std::chrono::seconds(20))).ok());
+    r.CheckAgainst(o.ShardPath(0));
+    CHECK(client->stats().checksum_failures == 0);
+  }
+}
+
+TEST_CASE("a block table that does not match the manifest's root is refused", "[origin][blocks][integrity]") {
+  OriginFixture o({}, /*faulty=*/true);
+  upstream::GrpcSourceOptions co;
+  co.max_retries = 2;
+  auto client = o.Client(co);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  // No table known yet: the origin's table comes from its corrupt copy of the chunk.
+  o.faults->corrupt_chunk = 1;
+  o.faults->corrupt_first = 1000;
+  Reads r;
+  r.Add(1, 0, 10);
+  Status st = client->ReadPieces(*d, 0, r.Bind(), Within(std::chrono::seconds(20)));
+  CHECK(st.code() == StatusCode::kDataLoss);
+  CHECK_THAT(st.message(), Catch::Contains("block table") && Catch::Contains("chunk 1"));
+  CHECK(client->stats().checksum_failures == 3);
+  CHECK(r.bufs[0] == std::string(10, '\0'));
+}
+
+TEST_CASE("readers of one cold block range share one fetch", "[origin][blocks][single_flight]") {
+  OriginFixture o({}, /*faulty=*/true);
+  o.faults->delay_ms = 300;
+  auto client = o.Client();
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  std::atomic<int> ok{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 8; ++i) {
+    readers.emplace_back([&] {
+      Reads r;
+      r.Add(1, kBlock, 100);
+      if (client->ReadPieces(*d, 1, r.Bind(), Within(std::chrono::seconds(10))).ok() &&
+          r.bufs[0] == FileBytes(o.ShardPath(1), kChunk + kBlock, 100)) {
+        ok.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  CHECK(ok.load() == 8);
+  CHECK(o.faults->read_calls.load() == 1);
+  CHECK(client->stats().block_ranges == 1);
+}
+
+TEST_CASE("the origin serves a block range with its table and refuses ranges outside one chunk",
+          "[origin][blocks][security]") {
+  OriginFixture o;
+  std::vector<v1::ChunkMessage> got;
+  REQUIRE(RawRange(o.Target(), 1, 1, 1, 2, &got).ok());
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].first_block() == 1);
+  CHECK(got[0].raw_bytes() == 2 * kBlock);
+  const std::string chunk = FileBytes(o.ShardPath(0), kChunk, kChunk);
+  CHECK(got[0].block_table() == BlockTable(chunk.data(), chunk.size()));
+  CHECK(RootOfBlockTable(got[0].block_table()) == dataset::ChunkHash(o.recs->manifest, 0, 1));
+
+  CHECK(RawRange(o.Target(), 0, 2, 0, 1).error_code() == grpc::StatusCode::INVALID_ARGUMENT);  // two chunks
+  CHECK(RawRange(o.Target(), 0, 1, 3, 2).error_code() == grpc::StatusCode::INVALID_ARGUMENT);  // past block 3
+  CHECK(RawRange(o.Target(), 2, 1, 2, 1).error_code() == grpc::StatusCode::INVALID_ARGUMENT);  // chunk 2: 2 blocks
+  CHECK(RawRange(o.Target(), 0, 1, 1, 0).error_code() == grpc::StatusCode::INVALID_ARGUMENT);  // no count
+  CHECK(RawRange(o.Target(), 0, 1, 0xffffffffu, 0xffffffffu).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("a node reading pieces-only fetches block ranges and keeps nothing", "[origin][blocks][cache]") {
+  OriginFixture o;
+  TempDir nvme;
+  cache::CacheOptions co;
+  co.dir = nvme.path();
+  co.size_bytes = 64ull << 20;
+  co.segment_bytes = 4ull << 20;
+  auto node = cache::CachedSource::Open(co, o.Client());
+  INFO(node.status().ToString());
+  REQUIRE(node.ok());
+  auto d = (*node)->OpenDataset("recs");
+  REQUIRE(d.ok());
+  ReadOptions ro = Within(std::chrono::seconds(20));
+  ro.whole_chunks = false;
+  for (int round = 0; round < 2; ++round) {
+    Reads r;
+    r.Add(0, 5, 4096);
+    r.Add(1, 40000, 4096);
+    REQUIRE((*node)->ReadPieces(*d, 0, r.Bind(), ro).ok());
+    r.CheckAgainst(o.ShardPath(0));
+  }
+  const auto s = (*node)->Stats();
+  CHECK(s.misses == 4);  // nothing was kept, so the second round missed again
+  CHECK(s.dram_entries == 0);
+  CHECK(s.nvme.entries == 0);
+  CHECK(s.served_upstream_bytes == 4 * 4096);
+}
