@@ -126,7 +126,7 @@ void LoaderPipeline::StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, 
                                                               .count());
                              OnAssembled(seq, std::move(s), std::move(batch));
                            },
-                           options_.fields, options_.whole_chunks);
+                           options_.fields, options_.whole_chunks && seq >= options_.blocks_first_batches);
 }
 
 void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
@@ -262,7 +262,8 @@ bool LoaderPipeline::Warm() {
   // The lookahead starts right after them, so assembly plus warm reads never hold more than
   // those batches and `lookahead` bytes of chunks (a small cache is not flushed by its own
   // prefetches).
-  warm_index_ = std::max(warm_index_, base);
+  // The batches read blocks-first fetched no whole chunks: theirs are warmed from the start.
+  if (base > uint64_t{options_.blocks_first_batches} * batch_size_) warm_index_ = std::max(warm_index_, base);
   // Runs built earlier that the pool had no room for go first, in order.
   bool progress = false;
   while (!unsent_.empty()) {

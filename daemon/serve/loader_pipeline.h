@@ -72,6 +72,11 @@ struct LoaderPipelineOptions {
   // and batches fetch only the blocks their samples cover (ReadOptions::whole_chunks), since a
   // chunk fetched whole would be pushed out before most of its samples come up.
   bool whole_chunks = true;
+  // With whole_chunks: the first this many batches read what no tier holds pieces-only (only
+  // the blocks their samples cover), while the warm reads fetch their chunks whole as for any
+  // later batch. The first batch of a cold epoch then waits for about its own bytes, not for a
+  // batch's worth of whole chunks (LoaderFactory sets it when the source fetches block ranges).
+  uint32_t blocks_first_batches = 0;
   // Write each batch's field table after its payload (tar datasets; sample_fields.h).
   bool fields = false;
 };

@@ -129,6 +129,9 @@ class ChunkSource {
   // Bytes of chunks the tiers at or below this source can keep at once (for a cache: its
   // largest tier's budget); 0 keeps nothing (the default).
   virtual uint64_t CapacityBytes() { return 0; }
+  // True when ReadPieces fetches only the blocks covering the pieces from a remote (a gRPC
+  // upstream, at or below this source), so a few samples cost about their own bytes on the link.
+  virtual bool FetchesBlockRanges() { return false; }
 
   // The daemon is stopping: reads waiting on a remote (a call in flight, a retry's backoff, a
   // queued fetch) end now with Cancelled or Aborted, and later ones fail at once, so that

@@ -427,6 +427,7 @@ Result<DatasetPtr> GrpcSource::OpenDataset(const std::string& name) {
   DatasetPtr again = cached(&stale);
   Result<DatasetPtr> result = again ? Result<DatasetPtr>(again) : FetchManifest(name, stale);
   flight.Publish(result);
+  if (result.ok()) PreConnect();  // reads follow an open
   return result;
 }
 
@@ -496,6 +497,25 @@ void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
   cv_.NotifyAll();
 }
 
+int GrpcSource::DemandLimit() const {
+  return std::min<int>(controller_.limit() + kDemandLanes, static_cast<int>(slot_busy_.size()));
+}
+
+void GrpcSource::PreConnect() {
+  MutexLock lock(&mu_);
+  if (stopping_) return;
+  const auto now = Clock::now();
+  for (int slot = 0; slot < DemandLimit(); ++slot) {
+    if (connections_[slot] != nullptr || slot_busy_[slot]) continue;
+    auto conn = std::make_unique<Connection>();
+    conn->channel = NewChannel(slot);
+    conn->stub = v1::Origin::NewStub(conn->channel);
+    conn->channel->GetState(/*try_to_connect=*/true);
+    connections_[slot] = std::move(conn);
+    slot_used_[slot] = now;
+  }
+}
+
 void GrpcSource::SpawnWorkers() {
   if (stopping_) return;  // the destructor joins them all
   for (const uint64_t id : exited_) {
@@ -505,7 +525,8 @@ void GrpcSource::SpawnWorkers() {
   }
   exited_.clear();
   const size_t queued = demand_.size() + prefetch_.size();
-  const size_t limit = static_cast<size_t>(std::min<int>(controller_.limit(), static_cast<int>(slot_busy_.size())));
+  const size_t limit = static_cast<size_t>(demand_.empty() ? std::min<int>(controller_.limit(), static_cast<int>(slot_busy_.size()))
+                                                          : DemandLimit());
   // Workers not running a task are idle or just started: each takes one queued task.
   while (workers_.size() < limit && workers_.size() - static_cast<size_t>(running_) < queued) {
     const uint64_t id = next_worker_id_++;
@@ -629,10 +650,11 @@ void GrpcSource::WorkerLoop(uint64_t id) {
   auto idle_since = Clock::now();
   while (true) {
     const bool has_work = cv_.WaitUntil(&mu_, idle_since + options_.idle_release, [&]() REQUIRES(mu_) {
-      return stopping_ || ((!demand_.empty() || !prefetch_.empty()) && running_ < controller_.limit());
+      return stopping_ || (!demand_.empty() && running_ < DemandLimit()) ||
+             (!prefetch_.empty() && running_ < controller_.limit());
     });
     if (stopping_ || !has_work) break;  // stopping, or idle for idle_release: the pool shrinks
-    // Demand first: prefetch work starts only when no demand work waits.
+    // Demand first: prefetch work starts only when no demand work waits (and within the limit).
     auto& queue = !demand_.empty() ? demand_ : prefetch_;
     std::shared_ptr<FetchTask> task = std::move(queue.front());
     queue.pop_front();
@@ -846,7 +868,13 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   ++p.next;
   p.mismatches = 0;
   a.progressed = true;
-  ObserveProgress(len, a.chunk_time);
+  // A range's time on its stream is mostly one round trip: reported as a chunk's, it would make
+  // the controller judge its raises before any whole chunk could show their effect.
+  if (range) {
+    ObserveProgress(0, std::chrono::nanoseconds(0));
+  } else {
+    ObserveProgress(len, a.chunk_time);
+  }
   return !task.cancelled.load();
 }
 

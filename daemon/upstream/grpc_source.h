@@ -17,7 +17,11 @@
 //     hold at most `max_in_flight_bytes` of requested, undelivered chunks (each call may always
 //     have one sub-range out, so the budget slows fetching but never stalls it).
 //   * Demand before prefetch: a free stream slot always goes to waiting demand work first;
-//     prefetch work starts only when no demand work waits.
+//     prefetch work starts only when no demand work waits. Demand work may also run on up to
+//     kDemandLanes streams past the limit, so a batch's own reads (a cold epoch's first batch:
+//     a few block ranges) never wait behind prefetch streams that hold every slot for whole
+//     chunks. Opening a dataset's manifest starts connecting those slots, so that the reads
+//     that follow an open do not each wait for a handshake.
 //   * A global bandwidth cap (TokenBucket) shared by all streams; SetBandwidth changes it live.
 //   * Single-flight per chunk: concurrent callers wanting the same (version, shard, chunk) share
 //     one fetch (SingleFlight), so each chunk crosses the link once however many want it.
@@ -93,6 +97,10 @@ namespace shardcache::upstream {
 
 class GrpcSource final : public ChunkSource, public stats::Source {
  public:
+  // Streams demand work may run past the stream limit (see above): a batch of 16 samples in 16
+  // chunks starts at once.
+  static constexpr int kDemandLanes = 16;
+
   // Reads the certificate files; InvalidArgument / NotFound naming a bad option or file.
   // Does not connect: connections are made on first use.
   static Result<std::unique_ptr<GrpcSource>> Create(GrpcSourceOptions options);
@@ -106,6 +114,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // Fetches only the blocks covering the pieces (see above); nothing is kept but block tables.
   Status ReadPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces,
                     const ReadOptions& options) override;
+  bool FetchesBlockRanges() override { return true; }
   // Cancels the streams and unary calls in flight, drops queued fetches (their waiters get
   // Aborted) and refuses new ones; the workers exit.
   void Shutdown() override;
@@ -146,6 +155,11 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // Starts worker threads while queued work outnumbers the idle workers and the limit allows;
   // joins workers that exited.
   void SpawnWorkers() REQUIRES(mu_);
+  // Streams that may run while demand work waits: the limit plus kDemandLanes (within the slots).
+  int DemandLimit() const REQUIRES(mu_);
+  // Starts connecting the slots a first batch's reads would take (DemandLimit of them) that
+  // have no connection yet, in the background; idle ones close after idle_release as always.
+  void PreConnect();
   // Takes out the channels of free slots unused for idle_release (destroy them unlocked).
   std::vector<std::unique_ptr<Connection>> TakeIdleConnections(std::chrono::steady_clock::time_point now)
       REQUIRES(mu_);

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <optional>
 #include <set>
+#include <span>
 #include <utility>
 #include <chrono>
 #include <condition_variable>
@@ -225,6 +226,67 @@ TEST_CASE("warm reads run ahead of a stuck chunk when the tiers can keep the dat
     REQUIRE((*arena)->Release(d->slot, 5).ok());
   }
   CHECK(next_sample == 1024);
+}
+
+// A remote that fetches block ranges: pieces-only reads (whole_chunks false) are served from
+// the files at once, counted by chunk; whole-chunk reads go through the gate like any other.
+class RangeFetchingSource final : public testing::ForwardingSource {
+ public:
+  RangeFetchingSource(ChunkSource& gated, ChunkSource& files) : ForwardingSource(gated), files_(files) {}
+  Status ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<const ChunkPiece> pieces,
+                    const ReadOptions& o) override {
+    if (o.whole_chunks) return ChunkSource::ReadPieces(d, shard, pieces, o);  // whole, through the gate
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const ChunkPiece& p : pieces) ranged_.insert({shard, p.chunk});
+    }
+    return files_.ReadPieces(d, shard, pieces, o);
+  }
+  bool FetchesBlockRanges() override { return true; }
+  std::set<std::pair<uint32_t, uint64_t>> ranged() {
+    std::lock_guard<std::mutex> l(mu_);
+    return ranged_;
+  }
+
+ private:
+  ChunkSource& files_;
+  std::mutex mu_;
+  std::set<std::pair<uint32_t, uint64_t>> ranged_;
+};
+
+TEST_CASE("the first batches read only their samples' blocks while their chunks arrive whole behind them",
+          "[serve][pipeline]") {
+  // Whole-chunk reads of batch 0's chunk (shard 0, chunk 0) are stuck at the gate. The first two
+  // batches read pieces-only, so batch 0 is delivered anyway; the warm reads still ask for its
+  // chunk whole (the gate sees them), and batches from 2 on read whole chunks.
+  GatedFixture f;
+  RangeFetchingSource ranges(*f.gated, *f.files);
+  auto arena = serve::Arena::Create(2 << 20, 16);
+  REQUIRE(arena.ok());
+  serve::BatchAssemblerOptions ao;
+  ao.read_threads = 8;
+  serve::BatchAssembler assembler(ranges, ao);
+  f.options.lookahead_bytes = 4 * 16 * 1024;
+  f.options.blocks_first_batches = 2;
+  LoaderPipeline pipeline(6, **arena, assembler, f.locator, *f.slice, f.options);
+  auto first = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  REQUIRE(first.ok());
+  REQUIRE_FALSE(first->end_of_epoch);
+  CHECK(first->batch.sample_ids.front() == 0);
+  CHECK(testing::Eventually([&] { return f.gated->waiting() > 0; }));  // chunk 0 warmed whole
+  REQUIRE((*arena)->Release(first->slot, 6).ok());
+  f.gated->Open();
+  uint64_t next_sample = 16;
+  for (;;) {
+    auto d = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+    REQUIRE(d.ok());
+    if (d->end_of_epoch) break;
+    for (uint64_t id : d->batch.sample_ids) REQUIRE(id == next_sample++);
+    REQUIRE((*arena)->Release(d->slot, 6).ok());
+  }
+  CHECK(next_sample == 1024);
+  using Chunks = std::set<std::pair<uint32_t, uint64_t>>;
+  CHECK(ranges.ranged() == Chunks{{0, 0}, {0, 1}});  // batches 0 and 1 only
 }
 
 TEST_CASE("a loader whose client's other loaders hold every slot waits for one instead of failing",

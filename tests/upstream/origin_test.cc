@@ -322,6 +322,41 @@ TEST_CASE("demand fetches start before queued prefetches", "[origin][priority]")
   CHECK(finished == std::vector<std::string>{"busy", "demand", "prefetch"});
 }
 
+TEST_CASE("a demand read does not wait for a prefetch stream that holds the whole stream limit",
+          "[origin][priority]") {
+  // One stream allowed; a prefetch of 3 slow chunks (~450 ms) holds it. The demand read runs on
+  // one of the demand lanes past the limit and finishes first.
+  OriginFixture o({}, /*faulty=*/true);
+  o.faults->delay_ms = 150;
+  upstream::GrpcSourceOptions co;
+  co.connections = 1;
+  co.max_connections = 4;
+  co.chunks_per_stream = 3;
+  auto client = o.Client(co);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  std::mutex mu;
+  std::vector<std::string> finished;
+  auto done = [&](const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu);
+    finished.push_back(name);
+  };
+  std::thread busy([&] {
+    ReadOptions ro = Within(std::chrono::seconds(10));
+    ro.priority = FetchPriority::kPrefetch;
+    Status s = client->ReadChunks(*d, 0, 0, 3, ro, [](uint64_t, const ChunkPtr&) { return Status::Ok(); });
+    done(s.ok() ? "busy" : "failed busy");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread demand([&] {
+    auto c = client->ReadChunk(*d, 1, 2, Within(std::chrono::seconds(10)));
+    done(c.ok() ? "demand" : "failed demand");
+  });
+  busy.join();
+  demand.join();
+  CHECK(finished == std::vector<std::string>{"demand", "busy"});
+}
+
 TEST_CASE("a dead upstream fails with Unavailable at the caller's deadline", "[origin][faults]") {
   const int port = FreePort();
   upstream::GrpcSourceOptions co;
@@ -517,8 +552,9 @@ TEST_CASE("the stream pool makes threads and connections when work needs them an
   auto client = o.Client(co);
   auto d = client->OpenDataset("recs");
   REQUIRE(d.ok());
-  CHECK(client->stats().workers == 0);  // opening a dataset uses the control connection only
-  CHECK(client->stats().open_connections == 0);
+  // Opening a dataset starts connecting the slots a first batch would take; no thread yet.
+  CHECK(client->stats().workers == 0);
+  CHECK(client->stats().open_connections == co.connections + upstream::GrpcSource::kDemandLanes);
   std::atomic<int> exact{0};
   std::vector<std::thread> readers;
   for (uint32_t shard = 0; shard < 2; ++shard) {
@@ -538,7 +574,7 @@ TEST_CASE("the stream pool makes threads and connections when work needs them an
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const auto busy = client->stats();
   CHECK(busy.workers >= 1);
-  CHECK(busy.workers <= busy.stream_limit);
+  CHECK(busy.workers <= busy.stream_limit + upstream::GrpcSource::kDemandLanes);  // demand reads
   for (auto& t : readers) t.join();
   CHECK(exact.load() == 6);
   CHECK(client->stats().in_flight_bytes == 0);
