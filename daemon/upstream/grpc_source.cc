@@ -34,6 +34,8 @@ constexpr Family kBlockRanges{"shardcache_upstream_block_ranges_total",
                               "Block ranges of chunks fetched and verified (sub-chunk reads)"};
 constexpr Family kStreams{"shardcache_upstream_streams_total", "ReadChunks streams opened upstream"};
 constexpr Family kRetries{"shardcache_upstream_retries_total", "Upstream attempts after a failure"};
+constexpr Family kHedges{"shardcache_upstream_hedges_total",
+                         "Stuck demand fetches re-issued on another stream (the first verified copy wins)"};
 constexpr Family kChecksumFailures{"shardcache_upstream_checksum_failures_total",
                                    "Fetched chunks that failed decoding or hash verification (refetched)"};
 
@@ -116,10 +118,19 @@ struct GrpcSource::FetchTask {
   uint64_t first = 0, end = 0;
   FetchPriority priority = FetchPriority::kDemand;
   Clock::time_point deadline;
-  std::vector<Flights::Flight> flights;  // leaders of chunks [first, end)
+  // Leaders of chunks [first, end), shared with a hedge (whose own is the original's).
+  std::shared_ptr<ChunkLeaders> leaders = std::make_shared<ChunkLeaders>();
   // A block range (block_count > 0): blocks [first_block, first_block + block_count) of chunk
   // `first` (end == first + 1); its one flight publishes the range's bytes.
   uint32_t first_block = 0, block_count = 0;
+
+  // Hedging. A hedge races `original` for the same leaders and never publishes a failure (the
+  // original still may succeed). Under GrpcSource::mu_: `hedge`, once HedgeLoop made one.
+  bool is_hedge = false;
+  std::weak_ptr<FetchTask> original;
+  std::shared_ptr<FetchTask> hedge;
+  // Steady-clock ns of the running attempt's start or its last message (0: not running).
+  std::atomic<int64_t> last_heard_ns{0};
 
   // Cancellation by the caller that gave up, or by shutdown: stops between messages and
   // interrupts a blocking Read through the active context.
@@ -209,6 +220,7 @@ Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options
     src->slot_used_.assign(n, Clock::time_point());
   }
   src->prober_ = std::thread([s = src.get()] { s->ProbeLoop(); });
+  src->hedger_ = std::thread([s = src.get()] { s->HedgeLoop(); });
   M().stream_limit->Set(src->controller_.limit());
   src->stats_source_ = metrics::Registry::Global().AddSource(src.get());
   return src;
@@ -224,6 +236,7 @@ GrpcSource::~GrpcSource() {
   }
   for (auto& [id, w] : workers) w.join();
   if (prober_.joinable()) prober_.join();
+  if (hedger_.joinable()) hedger_.join();
 }
 
 void GrpcSource::Shutdown() {
@@ -231,7 +244,7 @@ void GrpcSource::Shutdown() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
-    for (FetchTask* t : running_conn_) {
+    for (const std::shared_ptr<FetchTask>& t : running_conn_) {
       if (t != nullptr) t->Cancel();
     }
     for (grpc::ClientContext* ctx : unary_) ctx->TryCancel();
@@ -243,7 +256,7 @@ void GrpcSource::Shutdown() {
   cv_.NotifyAll();
   probe_cv_.NotifyAll();
   // Leaders that never ran publish Aborted to their waiters.
-  for (auto& t : dropped) t->flights.clear();
+  for (auto& t : dropped) t->leaders->Drop();
 }
 
 std::shared_ptr<grpc::Channel> GrpcSource::NewChannel(int index) const {
@@ -309,7 +322,7 @@ void GrpcSource::ProbeLoop() {
     // blackholed stream notices nothing by itself until keepalive) are ended; their tasks
     // then fail with the outage error.
     if (Clock::now() >= health_.GiveUpAt()) {
-      for (FetchTask* t : running_conn_) {
+      for (const std::shared_ptr<FetchTask>& t : running_conn_) {
         if (t != nullptr) t->CancelAttempt();
       }
     }
@@ -487,7 +500,7 @@ void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
   {
     MutexLock lock(&mu_);
     if (stopping_) {
-      task->flights.clear();  // no worker will run it: its waiters get Aborted now
+      task->leaders->Drop();  // no worker will run it: its waiters get Aborted now
       return;
     }
     if (running_ >= controller_.limit()) waited_.store(true);
@@ -499,6 +512,51 @@ void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
 
 int GrpcSource::DemandLimit() const {
   return std::min<int>(controller_.limit() + kDemandLanes, static_cast<int>(slot_busy_.size()));
+}
+
+std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task) const {
+  const bool range = task.block_count > 0;
+  const int64_t usual = (range ? range_message_ns_ : chunk_message_ns_).load();
+  const std::chrono::nanoseconds floor = range ? std::chrono::milliseconds(200) : std::chrono::seconds(1);
+  // Before any message of its kind arrived: 5x the floor.
+  if (usual == 0) return 5 * floor;
+  return std::max(floor, std::chrono::nanoseconds(4 * usual));
+}
+
+void GrpcSource::HedgeLoop() {
+  MutexLock lock(&mu_);
+  while (!stopping_) {
+    // Idle until work runs; then a look every 50 ms.
+    cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return stopping_ || running_ > 0 || !demand_.empty(); });
+    if (stopping_) break;
+    cv_.WaitFor(&mu_, std::chrono::milliseconds(50), [&]() REQUIRES(mu_) { return stopping_; });
+    const int64_t now = Clock::now().time_since_epoch().count();
+    for (const std::shared_ptr<FetchTask>& t : running_conn_) {
+      if (t == nullptr || t->is_hedge || t->hedge != nullptr || t->priority != FetchPriority::kDemand) continue;
+      const int64_t heard = t->last_heard_ns.load();
+      if (heard == 0 || t->cancelled.load() || std::chrono::nanoseconds(now - heard) < StuckAfter(*t)) continue;
+      if (!health_.up()) continue;  // an outage: another stream would wait as long
+      auto h = std::make_shared<FetchTask>();
+      h->dataset = t->dataset;
+      h->shard = t->shard;
+      h->first = t->first;
+      h->end = t->end;
+      h->first_block = t->first_block;
+      h->block_count = t->block_count;
+      h->priority = t->priority;
+      h->deadline = t->deadline;
+      h->leaders = t->leaders;
+      h->is_hedge = true;
+      h->original = t;
+      t->hedge = h;
+      hedges_.fetch_add(1);
+      SC_LOG_RATE_LIMITED(spdlog::level::debug, "{}: hedging chunks [{}, {}) of shard {} of '{}' (no message for {} ms)",
+                          Where(), t->first, t->end, t->shard, t->dataset->name, (now - heard) / 1000000);
+      demand_.push_front(std::move(h));  // on another slot: the stuck one stays busy
+      SpawnWorkers();
+      cv_.NotifyAll();
+    }
+  }
 }
 
 void GrpcSource::PreConnect() {
@@ -572,7 +630,7 @@ GrpcSource::Flights::Flight GrpcSource::LaunchRange(const DatasetPtr& d, uint32_
     task->block_count = block_count;
     task->priority = options.priority;
     task->deadline = options.deadline;
-    task->flights.push_back(std::move(f));
+    task->leaders->Add(chunk, std::move(f));
     mine->push_back(task);
     Submit(std::move(task));
   }
@@ -662,7 +720,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     size_t slot = 0;
     while (slot_busy_[slot]) ++slot;  // running_ < limit <= slots, so one is free
     slot_busy_[slot] = true;
-    running_conn_[slot] = task.get();
+    running_conn_[slot] = task;
     if (connections_[slot] == nullptr) {
       auto conn = std::make_unique<Connection>();
       conn->channel = NewChannel(static_cast<int>(slot));
@@ -679,9 +737,17 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     if (!task->cancelled.load()) RunTask(*task, conn);
     lock.Lock();
     running_conn_[slot] = nullptr;
+    std::shared_ptr<FetchTask> hedge = std::move(task->hedge);
     lock.Unlock();
-    // Leaders left unpublished (cancelled) publish Aborted now, so their waiters refetch.
-    task->flights.clear();
+    if (task->is_hedge) {
+      // Done with every chunk: the original's attempt (stuck, or fetching copies) ends.
+      auto original = task->original.lock();
+      if (original && task->leaders->NextOpen(task->first, task->end) == task->end) original->CancelAttempt();
+    } else {
+      if (hedge) hedge->Cancel();
+      // Leaders left unpublished (cancelled) publish Aborted now, so their waiters refetch.
+      task->leaders->Drop();
+    }
     task.reset();
     lock.Lock();
     slot_busy_[slot] = false;
@@ -735,13 +801,15 @@ struct GrpcSource::Attempt {
 };
 
 void GrpcSource::FailRest(FetchTask& task, TaskProgress& p, const Status& s) {
-  for (uint64_t c = p.next; c < task.end; ++c) task.flights[c - task.first].Publish(s);
+  if (!task.is_hedge) {  // a hedge's failure leaves the chunks to its original
+    for (uint64_t c = p.next; c < task.end; ++c) task.leaders->Publish(c, s);
+  }
   p.next = task.end;
 }
 
 void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
   TaskProgress p(task.first);
-  while (p.next < task.end) {
+  while ((p.next = task.leaders->NextOpen(p.next, task.end)) < task.end) {  // a hedge may be ahead
     if (task.cancelled.load()) return;
     const auto now = Clock::now();
     if (now >= task.deadline) {
@@ -794,14 +862,16 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
     req.set_want_block_table(p.table == nullptr);
   }
   streams_.fetch_add(1);
-  auto reader = conn.stub->ReadChunks(&ctx, req);
-  v1::ChunkMessage msg;
   Attempt a;
   a.last_heard = Clock::now();
+  task.last_heard_ns.store(a.last_heard.time_since_epoch().count());
+  auto reader = conn.stub->ReadChunks(&ctx, req);
+  v1::ChunkMessage msg;
   while (reader->Read(&msg)) {
     const auto now = Clock::now();
     a.chunk_time = now - a.last_heard;
     a.last_heard = now;
+    task.last_heard_ns.store(now.time_since_epoch().count());
     health_.OnAnswer();
     if (!Receive(task, msg, p, a)) {
       a.stopped_early = true;
@@ -864,16 +934,24 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   // Count before publishing: a caller may read stats() as soon as it has the chunk.
   (range ? block_ranges_ : chunks_).fetch_add(1);
   payload_bytes_.fetch_add(len + msg.block_table().size());
-  task.flights[p.next - task.first].Publish(ChunkResult(ChunkPtr(std::move(chunk))));
+  task.leaders->Publish(p.next, ChunkResult(ChunkPtr(std::move(chunk))));
   ++p.next;
   p.mismatches = 0;
   a.progressed = true;
+  auto& average = range ? range_message_ns_ : chunk_message_ns_;
+  const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(a.chunk_time).count();
+  const int64_t before = average.load();
+  average.store(before == 0 ? took : before + (took - before) / 8);
   // A range's time on its stream is mostly one round trip: reported as a chunk's, it would make
   // the controller judge its raises before any whole chunk could show their effect.
   if (range) {
     ObserveProgress(0, std::chrono::nanoseconds(0));
   } else {
     ObserveProgress(len, a.chunk_time);
+  }
+  if (p.next < task.end && task.leaders->NextOpen(p.next, task.end) == task.end) {
+    p.next = task.end;  // the rest came on the hedge's (or the original's) stream
+    return false;
   }
   return !task.cancelled.load();
 }
@@ -1055,7 +1133,7 @@ void GrpcSource::Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint
         task->priority = options.priority;
         task->deadline = options.deadline;
       }
-      task->flights.push_back(std::move(f));
+      task->leaders->Add(c, std::move(f));
       task->end = c + 1;
     } else {
       flush();
@@ -1077,6 +1155,7 @@ void GrpcSource::VisitStats(const stats::Visitor& visit) const {
   stats::Counter(visit, kStreams, streams_.load());
   stats::Counter(visit, kRetries, retries_.load());
   stats::Counter(visit, kChecksumFailures, checksum_failures_.load());
+  stats::Counter(visit, kHedges, hedges_.load());
 }
 
 GrpcSource::Stats GrpcSource::stats() const {
@@ -1088,6 +1167,7 @@ GrpcSource::Stats GrpcSource::stats() const {
   s.streams = streams_.load();
   s.retries = retries_.load();
   s.checksum_failures = checksum_failures_.load();
+  s.hedges = hedges_.load();
   s.stream_limit = controller_.limit();
   s.goodput_bytes_per_s = controller_.goodput();
   s.in_flight_bytes = in_flight_bytes_.load();

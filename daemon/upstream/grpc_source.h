@@ -20,7 +20,14 @@
 //     prefetch work starts only when no demand work waits. Demand work may also run on up to
 //     kDemandLanes streams past the limit, so a batch's own reads (a cold epoch's first batch:
 //     a few block ranges) never wait behind prefetch streams that hold every slot for whole
-//     chunks. Opening a dataset's manifest starts connecting those slots, so that the reads
+//     chunks.
+//   * Hedging: a demand fetch (a batch's own read) that has had no message for 4x the usual
+//     time of one message of its kind (block range or whole chunk; at least 200 ms / 1 s) is
+//     re-issued once on another stream (another connection), unless the upstream is down. Both share the chunks' leaders
+//     (ChunkLeaders): the first verified copy of each chunk is published, the other dropped,
+//     and whichever finishes first ends the other. A stalled connection then costs a batch a
+//     fraction of a second, not the stall. Counted in shardcache_upstream_hedges_total.
+//     Opening a dataset's manifest starts connecting those slots, so that the reads
 //     that follow an open do not each wait for a handshake.
 //   * A global bandwidth cap (TokenBucket) shared by all streams; SetBandwidth changes it live.
 //   * Single-flight per chunk: concurrent callers wanting the same (version, shard, chunk) share
@@ -77,6 +84,7 @@
 #include "daemon/source/chunk_key.h"
 #include "daemon/source/chunk_source.h"
 #include "daemon/upstream/block_tables.h"
+#include "daemon/upstream/chunk_leaders.h"
 #include "daemon/upstream/grpc_source_options.h"
 #include "daemon/upstream/single_flight.h"
 #include "daemon/upstream/stream_controller.h"
@@ -132,6 +140,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
     uint64_t streams = 0;            // ReadChunks calls opened upstream
     uint64_t retries = 0;            // attempts after a failure
     uint64_t checksum_failures = 0;  // chunks that failed verification (refetched)
+    uint64_t hedges = 0;             // stuck demand fetches re-issued on another stream
     int stream_limit = 0;            // current adaptive limit
     double goodput_bytes_per_s = 0;  // last measured
     int workers = 0;                 // worker threads alive
@@ -146,7 +155,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   struct Connection;
   struct FetchTask;
   using ChunkResult = Result<ChunkPtr>;
-  using Flights = SingleFlight<ChunkKey, ChunkResult, ChunkKeyHash>;
+  using Flights = ChunkLeaders::Flights;
 
   explicit GrpcSource(GrpcSourceOptions options);
   // A channel to the upstream with its own TCP connection (`index` keeps channels apart).
@@ -157,6 +166,10 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   void SpawnWorkers() REQUIRES(mu_);
   // Streams that may run while demand work waits: the limit plus kDemandLanes (within the slots).
   int DemandLimit() const REQUIRES(mu_);
+  // Re-issues stuck demand fetches on another stream (see above); runs while the source lives.
+  void HedgeLoop();
+  // How long a running task may go without a message before it is hedged.
+  std::chrono::nanoseconds StuckAfter(const FetchTask& task) const;
   // Starts connecting the slots a first batch's reads would take (DemandLimit of them) that
   // have no connection yet, in the background; idle ones close after idle_release as always.
   void PreConnect();
@@ -230,7 +243,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // stays until the slot is free), whether a worker holds it, its task, when it was last used.
   std::vector<std::unique_ptr<Connection>> connections_ GUARDED_BY(mu_);
   std::vector<bool> slot_busy_ GUARDED_BY(mu_);
-  std::vector<FetchTask*> running_conn_ GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<FetchTask>> running_conn_ GUARDED_BY(mu_);
   std::vector<std::chrono::steady_clock::time_point> slot_used_ GUARDED_BY(mu_);
   int running_ GUARDED_BY(mu_) = 0;
   // Worker threads by id; the ids of those that exited (joined by the next SpawnWorkers).
@@ -245,6 +258,9 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   CondVar probe_cv_;                                          // a failure wants a probe now, or stop
   grpc::ClientContext* probe_ctx_ GUARDED_BY(mu_) = nullptr;  // the probe in flight
   std::thread prober_;
+  std::thread hedger_;  // HedgeLoop
+  // Moving averages of one message's time on its stream (ns): whole chunks, block ranges.
+  std::atomic<int64_t> chunk_message_ns_{0}, range_message_ns_{0};
 
   Mutex manifest_mu_;
   struct CachedManifest {
@@ -255,7 +271,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   SingleFlight<std::string, Result<DatasetPtr>> manifest_flights_;  // per dataset name
 
   std::atomic<uint64_t> wire_bytes_{0}, payload_bytes_{0}, chunks_{0}, block_ranges_{0}, streams_{0}, retries_{0},
-      checksum_failures_{0};
+      checksum_failures_{0}, hedges_{0};
   metrics::SourceHandle stats_source_;  // reset first thing in the destructor
 };
 

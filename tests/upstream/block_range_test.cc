@@ -233,3 +233,64 @@ TEST_CASE("a node reading pieces-only fetches block ranges and keeps nothing", "
   CHECK(s.nvme.entries == 0);
   CHECK(s.served_upstream_bytes == 4 * 4096);
 }
+
+TEST_CASE("a demand fetch stuck on a stalled stream is hedged on another; the first verified copy wins",
+          "[origin][blocks][hedge]") {
+  OriginFixture o({}, /*faulty=*/true);
+  auto client = o.Client();
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  using Clock = std::chrono::steady_clock;
+  const bool range = GENERATE(false, true);
+  // The usual time of a message of each kind, from a few quick fetches.
+  for (uint64_t c = 0; c < 3; ++c) {
+    Reads warm;
+    warm.Add(c, 0, 10);
+    REQUIRE(client->ReadPieces(*d, 1, warm.Bind(), Within(std::chrono::seconds(10))).ok());
+    REQUIRE(client->ReadChunk(*d, 1, c, Within(std::chrono::seconds(10))).ok());
+  }
+  o.faults->stall_next_ms = 4000;  // the next stream's first message comes 4 s late
+  const auto t0 = Clock::now();
+  if (range) {
+    Reads r;
+    r.Add(1, kBlock + 3, 5000);
+    REQUIRE(client->ReadPieces(*d, 0, r.Bind(), Within(std::chrono::seconds(10))).ok());
+    r.CheckAgainst(o.ShardPath(0));
+  } else {
+    auto c = client->ReadChunk(*d, 0, 1, Within(std::chrono::seconds(10)));
+    REQUIRE(c.ok());
+    CHECK(ChunkBytes(*c) == FileBytes(o.ShardPath(0), kChunk, kChunk));
+  }
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  INFO("took " << took << " s");
+  CHECK(took < (range ? 1.5 : 2.5));  // the hedge's floor (0.2 s / 1 s) and a quick fetch, not the 4 s stall
+  CHECK(client->stats().hedges == 1);
+  CHECK(client->stats().checksum_failures == 0);
+}
+
+TEST_CASE("a read striped over streams, one stalled and one reset, arrives byte-exact and on time",
+          "[origin][hedge][faults]") {
+  OriginFixture o({}, /*faulty=*/true);
+  upstream::GrpcSourceOptions co;
+  co.chunks_per_stream = 1;  // each chunk on a stream of its own
+  auto client = o.Client(co);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  REQUIRE(client->ReadChunks(*d, 1, 0, 3, Within(std::chrono::seconds(10)), [](uint64_t, const ChunkPtr&) {
+    return Status::Ok();
+  }).ok());  // the usual time of a chunk's message
+  o.faults->stall_next_ms = 4000;
+  o.faults->reset_next = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string got;
+  REQUIRE(client->ReadChunks(*d, 0, 0, 3, Within(std::chrono::seconds(10)), [&](uint64_t, const ChunkPtr& c) {
+    got += ChunkBytes(c);
+    return Status::Ok();
+  }).ok());
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(got == FileBytes(o.ShardPath(0), 0, OriginFixture::kShardBytes));
+  INFO("took " << took << " s");
+  CHECK(took < 2.5);
+  CHECK(client->stats().hedges == 1);
+  CHECK(client->stats().retries >= 1);
+}

@@ -32,8 +32,8 @@ inline std::string ChunkBytes(const ChunkPtr& c) {
   return std::string(reinterpret_cast<const char*>(c->bytes.data()), c->bytes.size());
 }
 
-// Wraps a ChunkSource: counts OpenDataset and ReadChunks calls, optionally sleeps in each open
-// and before each chunk, and
+// Wraps a ChunkSource: counts OpenDataset and ReadChunks calls, optionally sleeps in each open,
+// before each chunk or once before one read, and
 // corrupts the first `corrupt_first` deliveries of chunk `corrupt_chunk` (keeping the manifest
 // hash, so only a verifying receiver notices).
 class FaultySource final : public testing::ForwardingSource {
@@ -45,6 +45,8 @@ class FaultySource final : public testing::ForwardingSource {
   std::atomic<int> delay_ms{0};
   std::atomic<int64_t> corrupt_chunk{-1};
   std::atomic<int> corrupt_first{0};
+  std::atomic<int> stall_next_ms{0};  // the next read (only) waits this long first: a stalled stream
+  std::atomic<bool> reset_next{false};  // the read after that (only) fails as a reset stream would
 
   Result<DatasetPtr> OpenDataset(const std::string& name) override {
     open_calls.fetch_add(1);
@@ -55,6 +57,11 @@ class FaultySource final : public testing::ForwardingSource {
   Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& o, const ChunkSink& sink) override {
     read_calls.fetch_add(1);
+    if (int ms = stall_next_ms.exchange(0)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    } else if (reset_next.exchange(false)) {
+      return Unavailable("injected: connection reset by peer");
+    }
     return inner_.ReadChunks(d, shard, first, count, o, [&](uint64_t c, const ChunkPtr& chunk) {
       if (int ms = delay_ms.load()) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       if (static_cast<int64_t>(c) == corrupt_chunk.load() && corrupt_first.load() > 0) {
