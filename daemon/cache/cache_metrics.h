@@ -24,6 +24,10 @@ inline constexpr Family kHits{"shardcache_cache_hits_total", "Chunk reads answer
 inline constexpr Family kMisses{"shardcache_cache_misses_total", "Chunk reads no cache tier could answer"};
 inline constexpr Family kUpstreamFetches{"shardcache_cache_upstream_fetched_chunks_total",
                                          "Chunks fetched from upstream (one per single-flight leader)"};
+inline constexpr Family kRunsKept{"shardcache_cache_runs_kept_total",
+                                  "Sample byte ranges kept by the tiers without their whole chunk (chunk_run.h)"};
+inline constexpr Family kRunHits{"shardcache_cache_run_hits_total",
+                                 "Pieces answered by a kept run instead of a whole chunk"};
 inline constexpr Family kDramUsed{"shardcache_cache_dram_used_bytes", "Chunk bytes held by the DRAM tier"};
 inline constexpr Family kDramBudget{"shardcache_cache_dram_budget_bytes", "cache.memory_size"};
 // Reported by NvmeStore::VisitStats.

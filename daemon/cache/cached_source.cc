@@ -339,8 +339,8 @@ Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
     SC_RETURN_IF_ERROR(CheckPiece(dataset, shard, p, length));
     if (p.length == 0) continue;  // nothing to read, nothing to count
     const ChunkKey key{vid, shard, p.chunk};
-    if (ChunkPtr c = InMemory(key)) {
-      CopyFromMemory(p, *c, key, demand);
+    if (HeldPiece held = PieceInMemory(key, p); held.bytes) {
+      CopyFromMemory(p, held, key, demand);
     } else if (store_) {
       on_disk.push_back(NvmePiece{key, length, dataset::ChunkHash(manifest, shard, p.chunk), p.offset,
                                   p.length, p.dest});
@@ -350,26 +350,64 @@ Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
   }
   if (!on_disk.empty()) {
     const std::vector<bool> hit = store_->ReadPieces(on_disk);
+    std::vector<ChunkPiece> not_whole;
     for (size_t k = 0; k < on_disk.size(); ++k) {
       const NvmePiece& p = on_disk[k];
       if (!hit[k]) {
-        missing.push_back(ChunkPiece{p.key.chunk, p.offset, p.length, p.dest});
+        not_whole.push_back(ChunkPiece{p.key.chunk, p.offset, p.length, p.dest});
         continue;
       }
       Account(Tier::kNvme, p.length);
       if (demand) plan_.OnDemandRead(p.key);
     }
+    ReadRunsFromDisk(vid, shard, not_whole, demand, &missing);
   }
   if (missing.empty()) return Status::Ok();
   if (!options.whole_chunks) {
-    // Only the blocks the pieces cover, verified by the upstream against the manifest; stored
-    // nowhere.
+    // Only the blocks the pieces cover, verified by the upstream against the manifest; kept as
+    // runs (chunk_run.h), not as chunks.
     SC_RETURN_IF_ERROR(upstream_->ReadPieces(dataset, shard, missing, options));
     for (const ChunkPiece& p : missing) Account(Tier::kUpstream, p.length);  // a miss each
+    KeepRuns(vid, shard, missing);
     return Status::Ok();
   }
   // Whole chunks through ReadChunks: single-flight with every other reader, stored on arrival.
   return ChunkSource::ReadPieces(dataset, shard, missing, options);
+}
+
+void CachedSource::ReadRunsFromDisk(const Hash128& vid, uint32_t shard, std::span<const ChunkPiece> pieces,
+                                    bool demand, std::vector<ChunkPiece>* missing) {
+  if (pieces.empty()) return;
+  std::vector<RunId> ids;
+  ids.reserve(pieces.size());
+  std::vector<NvmeLookup> lookups;
+  for (const ChunkPiece& p : pieces) ids.push_back(RunId{ChunkKey{vid, shard, p.chunk}, p.offset, p.length});
+  for (const RunId& id : ids) lookups.push_back(NvmeLookup{RunKey(id), RunStoredBytes(id), Hash128{}, &id});
+  std::vector<ChunkPtr> runs = store_->Lookup(lookups);
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const ChunkPiece& p = pieces[k];
+    if (!runs[k]) {
+      missing->push_back(p);
+      continue;
+    }
+    dram_.Put(lookups[k].key, runs[k]);
+    std::memcpy(p.dest, runs[k]->bytes.data(), p.length);
+    Account(Tier::kNvme, p.length);
+    run_hits_.fetch_add(1, std::memory_order_relaxed);
+    if (demand) plan_.OnDemandRead(ids[k].chunk);
+  }
+}
+
+void CachedSource::KeepRuns(const Hash128& vid, uint32_t shard, std::span<const ChunkPiece> pieces) {
+  for (const ChunkPiece& p : pieces) {
+    const RunId id{ChunkKey{vid, shard, p.chunk}, p.offset, p.length};
+    ChunkPtr run = MakeRun(id, p.dest);
+    const ChunkKey key = RunKey(id);
+    dram_.Put(key, run);
+    // Never waits for the write queue: a run the queue has no room for is only in DRAM.
+    if (store_) store_->Insert(key, std::move(run), Clock::now());
+    runs_kept_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 ChunkPtr CachedSource::InMemory(const ChunkKey& key) {
@@ -378,10 +416,15 @@ ChunkPtr CachedSource::InMemory(const ChunkKey& key) {
   return c;
 }
 
-void CachedSource::CopyFromMemory(const ChunkPiece& piece, const Chunk& chunk, const ChunkKey& key,
-                                  bool demand) {
-  std::memcpy(piece.dest, chunk.bytes.data() + piece.offset, piece.length);
+CachedSource::HeldPiece CachedSource::PieceInMemory(const ChunkKey& key, const ChunkPiece& piece) {
+  if (ChunkPtr c = InMemory(key)) return HeldPiece{std::move(c), piece.offset, false};
+  return HeldPiece{InMemory(RunKey(RunId{key, piece.offset, piece.length})), 0, true};
+}
+
+void CachedSource::CopyFromMemory(const ChunkPiece& piece, const HeldPiece& held, const ChunkKey& key, bool demand) {
+  std::memcpy(piece.dest, held.bytes->bytes.data() + held.at, piece.length);
   Account(Tier::kDram, piece.length);
+  if (held.run) run_hits_.fetch_add(1, std::memory_order_relaxed);
   if (demand) plan_.OnDemandRead(key);
 }
 
@@ -394,7 +437,7 @@ bool CachedSource::ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shar
                                         std::span<const ChunkPiece> pieces, FetchPriority priority) {
   const auto& manifest = dataset->manifest;
   const Hash128 vid = VersionId(dataset->version);
-  std::vector<ChunkPtr> chunks(pieces.size());
+  std::vector<HeldPiece> held(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
     const ChunkPiece& p = pieces[i];
     if (!CheckChunkRange(dataset, shard, p.chunk, 1).ok() ||
@@ -402,12 +445,12 @@ bool CachedSource::ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shar
       return false;
     }
     if (p.length == 0) continue;
-    chunks[i] = InMemory(ChunkKey{vid, shard, p.chunk});
-    if (!chunks[i]) return false;
+    held[i] = PieceInMemory(ChunkKey{vid, shard, p.chunk}, p);
+    if (!held[i].bytes) return false;
   }
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].length == 0) continue;
-    CopyFromMemory(pieces[i], *chunks[i], ChunkKey{vid, shard, pieces[i].chunk},
+    CopyFromMemory(pieces[i], held[i], ChunkKey{vid, shard, pieces[i].chunk},
                    priority == FetchPriority::kDemand);
   }
   return true;
@@ -505,6 +548,8 @@ CacheStats CachedSource::Stats() const {
   st.upstream_fetched_chunks = fetched_.load();
   st.upstream_calls = upstream_calls_.load();
   st.joined_flights = joined_.load();
+  st.runs_kept = runs_kept_.load();
+  st.run_hits = run_hits_.load();
   return st;
 }
 
@@ -517,6 +562,8 @@ void CachedSource::VisitStats(const stats::Visitor& visit) const {
   stats::Counter(visit, kHits, hits_nvme_.load(), &kNvme);
   stats::Counter(visit, kMisses, misses_.load());
   stats::Counter(visit, kUpstreamFetches, fetched_.load());
+  stats::Counter(visit, kRunsKept, runs_kept_.load());
+  stats::Counter(visit, kRunHits, run_hits_.load());
   stats::Gauge(visit, kDramUsed, static_cast<double>(dram_.used_bytes()));
   stats::Gauge(visit, kDramBudget, static_cast<double>(dram_.budget_bytes()));
 }
@@ -537,7 +584,7 @@ std::string CacheStats::ToJson() const {
       {"served_upstream_bytes", served_upstream_bytes}, {"hits_dram", hits_dram},
       {"hits_nvme", hits_nvme}, {"misses", misses},
       {"upstream_fetched_chunks", upstream_fetched_chunks}, {"upstream_calls", upstream_calls},
-      {"joined_flights", joined_flights}};
+      {"joined_flights", joined_flights}, {"runs_kept", runs_kept}, {"run_hits", run_hits}};
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 

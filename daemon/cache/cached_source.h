@@ -57,6 +57,8 @@ struct CacheStats {
   uint64_t upstream_fetched_chunks = 0;  // chunks fetched as flight leader
   uint64_t upstream_calls = 0;           // range calls to upstream
   uint64_t joined_flights = 0;           // chunks received from another caller's fetch
+  uint64_t runs_kept = 0;                // sample ranges kept without their chunk (chunk_run.h)
+  uint64_t run_hits = 0;                 // pieces answered by a kept run
 
   // One JSON object (for /status and `shardctl stat`).
   std::string ToJson() const;
@@ -124,8 +126,23 @@ class CachedSource final : public ChunkSource, public stats::Source {
   ChunkPtr FindCached(const ChunkKey& key, uint64_t length, const Hash128& hash, Tier* tier);
   // The chunk in DRAM or in the NVMe write queue; nullptr otherwise.
   ChunkPtr InMemory(const ChunkKey& key);
-  // Copies one piece of a chunk held in memory and counts it as a DRAM hit.
-  void CopyFromMemory(const ChunkPiece& piece, const Chunk& chunk, const ChunkKey& key, bool demand);
+  // A piece's bytes held in memory: from `at` of `bytes`, its whole chunk or a run of exactly
+  // this piece.
+  struct HeldPiece {
+    ChunkPtr bytes;  // nullptr: neither is in memory
+    uint64_t at = 0;
+    bool run = false;
+  };
+  HeldPiece PieceInMemory(const ChunkKey& key, const ChunkPiece& piece);
+  // Copies one piece from memory and counts a DRAM hit (and a run hit).
+  void CopyFromMemory(const ChunkPiece& piece, const HeldPiece& held, const ChunkKey& key, bool demand);
+  // The runs of `pieces` the NVMe tier holds, verified, copied to their dests and put in DRAM;
+  // the pieces it does not hold are appended to `missing`.
+  void ReadRunsFromDisk(const Hash128& vid, uint32_t shard, std::span<const ChunkPiece> pieces, bool demand,
+                        std::vector<ChunkPiece>* missing);
+  // Keeps each piece (its dest holds verified bytes) as a run in DRAM and, when the write
+  // queue has room at once, on NVMe.
+  void KeepRuns(const Hash128& vid, uint32_t shard, std::span<const ChunkPiece> pieces);
   // Some tier holds the chunk (no LRU refresh, no I/O).
   bool Held(const ChunkKey& key) const;
   void Account(Tier tier, uint64_t bytes);
@@ -155,7 +172,7 @@ class CachedSource final : public ChunkSource, public stats::Source {
   std::multimap<std::string, std::string> versions_seen_ GUARDED_BY(mu_);  // name → version
 
   std::atomic<uint64_t> served_dram_{0}, served_nvme_{0}, served_upstream_{0}, hits_dram_{0},
-      hits_nvme_{0}, misses_{0}, fetched_{0}, upstream_calls_{0}, joined_{0};
+      hits_nvme_{0}, misses_{0}, fetched_{0}, upstream_calls_{0}, joined_{0}, runs_kept_{0}, run_hits_{0};
   metrics::SourceHandle stats_source_;  // last: leaves the Registry before the figures above go
 };
 

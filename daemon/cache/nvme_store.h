@@ -12,7 +12,9 @@
 // verified chunk it was handed.
 //   * whole-chunk reads (Lookup, and ReadPieces of a whole chunk) are verified against the
 //     manifest's xxh3-128;
-//   * partial reads (ReadPieces) are verified block by block against the table.
+//   * partial reads (ReadPieces) are verified block by block against the table;
+//   * runs (chunk_run.h: sample bytes kept without their chunk) are read whole by Lookup and
+//     verified against their trailer.
 // ReadPieces reads straight into the caller's buffer (an arena slot) when the buffer is 4 KiB
 // aligned and the piece starts and ends on block boundaries (a whole chunk-sized record, say);
 // otherwise into a bounce buffer and one copy. An entry that fails to read or verify is dropped
@@ -44,6 +46,7 @@
 #include "daemon/cache/access_plan.h"
 #include "daemon/cache/cache_options.h"
 #include "daemon/cache/chunk_index.h"
+#include "daemon/cache/chunk_run.h"
 #include "daemon/cache/disk_health.h"
 #include "daemon/cache/eviction_policy.h"
 #include "daemon/cache/extent.h"
@@ -62,6 +65,9 @@ struct NvmeLookup {
   ChunkKey key;
   uint64_t length = 0;   // expected chunk length (manifest)
   Hash128 hash;          // expected hash (manifest)
+  // Set for a run (chunk_run.h; key is its RunKey, length its RunStoredBytes): checked against
+  // its trailer instead of `hash`.
+  const RunId* run = nullptr;
 };
 
 // Bytes [offset, offset + length) of a stored chunk, to be copied to `dest` (ReadPieces).

@@ -1,6 +1,8 @@
 // Crash safety: a child process fills the cache and is killed with SIGKILL at a random moment;
 // the parent reopens the cache with a dead upstream (so every byte it serves comes from the
-// cache), checks every served chunk byte for byte and measures the directory with du.
+// cache), checks every served chunk byte for byte and measures the directory with du. The
+// filler reads whole chunks, or (runs) only samples' pieces, which the cache keeps as runs
+// (partial chunks, chunk_run.h).
 //
 // The child is this test binary re-executed through /proc/self/exe with SC_CACHE_FILL_DIR set:
 // a Catch listener below turns it into the filler as the test run starts (a plain fork of a
@@ -10,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -46,8 +49,28 @@ CacheOptions CrashCacheOptions(const std::string& dir) {
   return o;
 }
 
-// The filler: reads shards in a random order forever (until SIGKILL).
-[[noreturn]] void RunFiller(const char* dir, const char* seed_text) {
+// The pieces the runs filler reads: 6 per chunk, of odd offsets and lengths.
+std::vector<ChunkPiece> CrashPieces(const DatasetPtr& ds, uint32_t shard) {
+  std::vector<ChunkPiece> out;
+  for (uint64_t c = 0; c < dataset::ChunkCount(ds->manifest, shard); ++c) {
+    const uint64_t length = dataset::ChunkLength(ds->manifest, shard, c);
+    for (uint64_t k = 0; k < 6; ++k) {
+      const uint64_t offset = (k * 157 * 1024 + c * 13) % (length - 40000);
+      out.push_back(ChunkPiece{c, offset, 12000 + k * 4099 + c, nullptr});
+    }
+  }
+  return out;
+}
+
+ReadOptions PiecesOnly() {
+  ReadOptions ro;
+  ro.whole_chunks = false;
+  return ro;
+}
+
+// The filler: reads shards (whole chunks, or batches of pieces in pieces-only mode) in a
+// random order forever (until SIGKILL).
+[[noreturn]] void RunFiller(const char* dir, const char* seed_text, bool runs) {
   spdlog::set_level(spdlog::level::warn);
   const auto dso = CrashDataset();
   auto ds = MakeSyntheticDataset(dso);
@@ -59,6 +82,15 @@ CacheOptions CrashCacheOptions(const std::string& dir) {
     std::_Exit(3);
   }
   std::mt19937 rng(static_cast<unsigned>(std::strtoul(seed_text, nullptr, 10)));
+  std::vector<uint8_t> buf(8 * (64 << 10));
+  while (runs) {
+    const uint32_t shard = rng() % dso.shards;
+    std::vector<ChunkPiece> pieces = CrashPieces(ds, shard);
+    std::shuffle(pieces.begin(), pieces.end(), rng);
+    pieces.resize(8);
+    for (size_t i = 0; i < pieces.size(); ++i) pieces[i].dest = buf.data() + i * (64 << 10);
+    if (!(*cache)->ReadPieces(ds, shard, pieces, PiecesOnly()).ok()) std::_Exit(4);
+  }
   while (true) {
     const uint32_t shard = rng() % dso.shards;
     Status s = (*cache)->ReadChunks(ds, shard, 0, dataset::ChunkCount(ds->manifest, shard), ReadOptions(),
@@ -73,12 +105,37 @@ struct FillerHook : Catch::TestEventListenerBase {
   void testRunStarting(const Catch::TestRunInfo&) override {
     const char* dir = std::getenv("SC_CACHE_FILL_DIR");
     const char* seed = std::getenv("SC_CACHE_FILL_SEED");
-    if (dir != nullptr) RunFiller(dir, seed != nullptr ? seed : "1");
+    const char* mode = std::getenv("SC_CACHE_FILL_MODE");
+    if (dir != nullptr) RunFiller(dir, seed != nullptr ? seed : "1", mode != nullptr && std::strcmp(mode, "runs") == 0);
   }
 };
 
-// Reopens with a dead upstream; returns chunks served (all verified byte for byte here).
-uint64_t VerifyAfterCrash(const std::string& dir, uint64_t* wrong) {
+// Every piece the runs filler reads, one at a time; returns the pieces served (all verified
+// byte for byte here).
+uint64_t VerifyRuns(CachedSource& cache, const SyntheticDatasetOptions& dso, const DatasetPtr& ds, uint64_t* wrong) {
+  uint64_t served = 0;
+  std::vector<uint8_t> got(64 << 10);
+  for (uint32_t s = 0; s < dso.shards; ++s) {
+    for (ChunkPiece p : CrashPieces(ds, s)) {
+      p.dest = got.data();
+      ReadOptions ro = PiecesOnly();
+      ro.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      const Status st = cache.ReadPieces(ds, s, std::span<const ChunkPiece>(&p, 1), ro);
+      if (!st.ok()) {
+        if (st.code() != StatusCode::kUnavailable) ++*wrong;  // only "not cached" is fine
+        continue;
+      }
+      auto want = MakeSyntheticChunk(dso, ds, s, p.chunk);
+      if (std::memcmp(got.data(), want->bytes.data() + p.offset, p.length) != 0) ++*wrong;
+      ++served;
+    }
+  }
+  return served;
+}
+
+// Reopens with a dead upstream; returns chunks (or pieces) served (all verified byte for byte
+// here).
+uint64_t VerifyAfterCrash(const std::string& dir, bool runs, uint64_t* wrong) {
   const auto dso = CrashDataset();
   auto ds = MakeSyntheticDataset(dso);
   auto up = std::make_unique<FakeUpstream>();
@@ -87,6 +144,7 @@ uint64_t VerifyAfterCrash(const std::string& dir, uint64_t* wrong) {
   auto opened = CachedSource::Open(CrashCacheOptions(dir), std::move(up));
   REQUIRE(opened.ok());
   auto& cache = *opened;
+  if (runs) return VerifyRuns(*cache, dso, ds, wrong);
   uint64_t served = 0;
   for (uint32_t s = 0; s < dso.shards; ++s) {
     for (uint64_t c = 0; c < dataset::ChunkCount(ds->manifest, s); ++c) {
@@ -108,7 +166,7 @@ uint64_t VerifyAfterCrash(const std::string& dir, uint64_t* wrong) {
   return served;
 }
 
-void KillLoop(int iterations) {
+void KillLoop(int iterations, bool runs) {
   TempDir dir;
   const std::string cache_dir = dir / "cache";
   std::mt19937 rng(12345);
@@ -117,6 +175,7 @@ void KillLoop(int iterations) {
   for (int i = 0; i < iterations; ++i) {
     ::setenv("SC_CACHE_FILL_DIR", cache_dir.c_str(), 1);
     ::setenv("SC_CACHE_FILL_SEED", std::to_string(i).c_str(), 1);
+    ::setenv("SC_CACHE_FILL_MODE", runs ? "runs" : "chunks", 1);
     {
       Process filler({"/proc/self/exe"}, dir / "filler.log");
       ::unsetenv("SC_CACHE_FILL_DIR");
@@ -130,7 +189,7 @@ void KillLoop(int iterations) {
     const uint64_t du_after = DuBytes(cache_dir);
     max_du = std::max(max_du, du_after);
     uint64_t wrong = 0;
-    const uint64_t served = VerifyAfterCrash(cache_dir, &wrong);
+    const uint64_t served = VerifyAfterCrash(cache_dir, runs, &wrong);
     INFO("iteration " << i << ": served " << served << " chunks, du " << du_after);
     CHECK(wrong == 0);
     CHECK(du_after <= kCrashBudget);
@@ -138,7 +197,8 @@ void KillLoop(int iterations) {
     total_served += served;
   }
   ::unsetenv("SC_CACHE_FILL_SEED");
-  WARN(iterations << " SIGKILLs: " << total_served << " chunks served after restarts, all correct; max du "
+  ::unsetenv("SC_CACHE_FILL_MODE");
+  WARN(iterations << " SIGKILLs: " << total_served << (runs ? " pieces" : " chunks") << " served after restarts, all correct; max du "
                   << max_du << " B of " << kCrashBudget << " B");
   CHECK(total_served > 0);
   CHECK(max_du <= kCrashBudget);
@@ -150,10 +210,20 @@ CATCH_REGISTER_LISTENER(FillerHook)
 
 TEST_CASE("crash safety: a filling cache killed with SIGKILL 3 times serves only correct bytes within budget",
           "[cache][crash]") {
-  KillLoop(3);
+  KillLoop(3, false);
 }
 
 TEST_CASE("crash safety: a filling cache killed with SIGKILL 20 times in a row serves only correct bytes within budget",
           "[cache][crash][slow]") {
-  KillLoop(20);
+  KillLoop(20, false);
+}
+
+TEST_CASE("crash safety: partial chunks (runs) survive 3 SIGKILLs of a filling cache; every piece served is exact",
+          "[cache][crash][runs]") {
+  KillLoop(3, true);
+}
+
+TEST_CASE("crash safety: partial chunks (runs) survive 20 SIGKILLs of a filling cache; every piece served is exact",
+          "[cache][crash][runs][slow]") {
+  KillLoop(20, true);
 }

@@ -306,13 +306,14 @@ struct CacheFixture {
 };
 
 // All asks (Ask::chunk = chunk index in shard 0) in one ReadPieces call on `source`.
-Outcome ReadSource(ChunkSource& source, const CacheFixture& f, const std::vector<Ask>& asks, Status* status) {
+Outcome ReadSource(ChunkSource& source, const CacheFixture& f, const std::vector<Ask>& asks, Status* status,
+                   const ReadOptions& options = ReadOptions()) {
   Slots slots(asks);
   std::vector<ChunkPiece> pieces;
   for (size_t i = 0; i < asks.size(); ++i) {
     pieces.push_back(ChunkPiece{asks[i].chunk, asks[i].offset, asks[i].length, slots.dest(i)});
   }
-  *status = source.ReadPieces(f.dataset, 0, pieces, ReadOptions());
+  *status = source.ReadPieces(f.dataset, 0, pieces, options);
   Outcome out;
   out.hit.assign(asks.size(), status->ok());
   for (size_t i = 0; i < asks.size() && status->ok(); ++i) {
@@ -962,6 +963,148 @@ TEST_CASE("cached pieces: without an NVMe tier pieces come from upstream, exact"
   CHECK(out.wrong == "");
   CHECK(out.guard_damage == 0);
   CHECK(f.upstream->calls.load() == 2);  // runs [2, 4) and [5, 6)
+}
+
+// =============================================================================================
+// Runs (chunk_run.h): pieces kept without their chunk
+
+TEST_CASE("runs: a run reads back intact; a flipped byte, another identity or another length fails its trailer",
+          "[cache][runs]") {
+  const ChunkKey chunk = MakeChunkKey("v1", 2, 7);
+  std::vector<uint8_t> bytes(5000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 31 + 7);
+  const RunId id{chunk, 12345, bytes.size()};
+  const ChunkPtr run = MakeRun(id, bytes.data());
+  REQUIRE(run->bytes.size() == RunStoredBytes(id));
+  CHECK(std::memcmp(run->bytes.data(), bytes.data(), bytes.size()) == 0);
+  CHECK(RunIntact(id, run->bytes.data(), run->bytes.size()));
+  CHECK(IsRunKey(RunKey(id)));
+  CHECK(!IsRunKey(chunk));
+  CHECK(RunKey(id).version == chunk.version);
+  CHECK(RunKey(id).shard == chunk.shard);
+  // Each part of the identity changes the key and fails the trailer.
+  for (RunId other : {RunId{chunk, 12346, bytes.size()}, RunId{MakeChunkKey("v1", 2, 8), 12345, bytes.size()},
+                      RunId{MakeChunkKey("v2", 2, 7), 12345, bytes.size()}}) {
+    CHECK(!(RunKey(other) == RunKey(id)));
+    CHECK(!RunIntact(other, run->bytes.data(), run->bytes.size()));
+  }
+  CHECK(!RunIntact(RunId{chunk, 12345, bytes.size() - 1}, run->bytes.data(), run->bytes.size() - 1));
+  for (uint64_t at : {uint64_t{0}, uint64_t{2500}, bytes.size() - 1, bytes.size(), RunStoredBytes(id) - 1}) {
+    AlignedBuffer flipped(run->bytes.size());
+    std::memcpy(flipped.data(), run->bytes.data(), run->bytes.size());
+    flipped.data()[at] ^= 0x10;
+    INFO("flipped byte " << at);
+    CHECK(!RunIntact(id, flipped.data(), flipped.size()));
+  }
+}
+
+namespace {
+
+ReadOptions PiecesOnly() {
+  ReadOptions ro;
+  ro.whole_chunks = false;
+  return ro;
+}
+
+}  // namespace
+
+TEST_CASE("cached runs: pieces-only reads keep their pieces; DRAM, then NVMe after a restart, serve them exact "
+          "with the upstream down",
+          "[cache][source][pieces][runs]") {
+  TempDir dir;
+  auto o = SmallCacheOptions(dir / "cache");
+  o.memory_bytes = 64ull << 20;
+  CacheFixture f(o);
+  std::mt19937_64 rng(17);
+  const std::vector<Ask> asks = DatasetAsks(f, {0, 2, 3, 7}, 5, rng);
+  Status s;
+  Outcome out = ReadSource(*f.cache, f, asks, &s, PiecesOnly());
+  REQUIRE(s.ok());
+  CHECK(out.wrong == "");
+  CHECK(out.guard_damage == 0);
+  auto st = f.cache->Stats();
+  CHECK(st.runs_kept == asks.size());
+  CHECK(st.run_hits == 0);
+  CHECK(st.served_upstream_bytes == SumLengths(asks));
+  CHECK(st.upstream_fetched_chunks == 0);  // no chunk was kept whole
+  f.cache->Flush();
+  CHECK(f.cache->Stats().nvme.entries == asks.size());
+
+  // The upstream is down: DRAM answers every piece, pieces-only or not.
+  f.upstream->fail = true;
+  for (const ReadOptions& ro : {PiecesOnly(), ReadOptions()}) {
+    const auto before = f.cache->Stats();
+    out = ReadSource(*f.cache, f, asks, &s, ro);
+    REQUIRE(s.ok());
+    CHECK(out.wrong == "");
+    CHECK(out.guard_damage == 0);
+    const auto after = f.cache->Stats();
+    CHECK(after.run_hits - before.run_hits == asks.size());
+    CHECK(after.hits_dram - before.hits_dram == asks.size());
+    CHECK(after.served_dram_bytes - before.served_dram_bytes == SumLengths(asks));
+  }
+
+  // A restarted node: the runs come back from NVMe, verified, with the upstream still down.
+  f.Open(o);
+  f.upstream->fail = true;
+  out = ReadSource(*f.cache, f, asks, &s, PiecesOnly());
+  REQUIRE(s.ok());
+  CHECK(out.wrong == "");
+  CHECK(out.guard_damage == 0);
+  st = f.cache->Stats();
+  CHECK(st.hits_nvme == asks.size());
+  CHECK(st.run_hits == asks.size());
+  CHECK(st.served_nvme_bytes == SumLengths(asks));
+  CHECK(st.nvme.checksum_failures == 0);
+  CHECK(f.upstream->calls.load() == 0);
+  // Runs answer exactly the pieces they were: a piece inside one is a miss (the upstream's
+  // error here), nothing made up.
+  const Ask inside{asks[0].chunk, asks[0].offset + 1, asks[0].length - 1, 0};
+  REQUIRE(asks[0].length > 1);
+  ReadSource(*f.cache, f, {inside}, &s, PiecesOnly());
+  CHECK(s.code() == StatusCode::kUnavailable);
+}
+
+TEST_CASE("cached runs: a corrupt run on NVMe is detected, counted, refetched exact and never served",
+          "[cache][source][pieces][runs][faults]") {
+  TempDir dir;
+  const auto o = SmallCacheOptions(dir / "cache");
+  CacheFixture f(o);
+  const std::vector<Ask> asks = {{2, 3 * kBlock + 5, 20000, 0}, {5, 100, 3000, 1}};
+  Status s;
+  REQUIRE(ReadSource(*f.cache, f, asks, &s, PiecesOnly()).wrong == "");
+  REQUIRE(s.ok());
+  f.cache->Flush();
+  f.cache.reset();
+  const Hash128 vid = VersionId(f.dataset->version);
+  {
+    auto db = IndexDb::Open(o.dir + "/index", 1 << 20);
+    REQUIRE(db.ok());
+    const RunId id{ChunkKey{vid, 0, 2}, asks[0].offset, asks[0].length};
+    CorruptData(o.dir, **db, RunKey(id), 777);
+  }
+  f.Open(o);
+  const uint64_t calls_before = f.upstream->calls.load();
+  Outcome out = ReadSource(*f.cache, f, asks, &s, PiecesOnly());
+  REQUIRE(s.ok());
+  CHECK(out.wrong == "");
+  CHECK(out.guard_damage == 0);
+  auto st = f.cache->Stats();
+  CHECK(st.nvme.checksum_failures == 1);
+  CHECK(st.run_hits == 1);         // chunk 5's run
+  CHECK(st.hits_nvme == 1);
+  CHECK(f.upstream->calls.load() == calls_before + 1);  // chunk 2's piece, refetched
+  CHECK(st.runs_kept == 1);        // and kept again
+  // The refetched run is stored again and then read from NVMe without another failure.
+  f.cache->Flush();
+  f.Open(o);
+  f.upstream->fail = true;
+  out = ReadSource(*f.cache, f, asks, &s, PiecesOnly());
+  REQUIRE(s.ok());
+  CHECK(out.wrong == "");
+  st = f.cache->Stats();
+  CHECK(st.nvme.checksum_failures == 0);
+  CHECK(st.run_hits == asks.size());
 }
 
 // =============================================================================================
