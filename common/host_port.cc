@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <stdexcept>
 
 namespace shardcache {
 
@@ -20,6 +21,22 @@ Status CheckHostPort(const std::string& s) {
   if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535) {
     return InvalidArgument(quoted + " has no valid port (1-65535)");
   }
+  return Status::Ok();
+}
+
+Status SplitHostPort(const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return InvalidArgument("'" + address + "' is not host:port");
+  std::string h = address.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  try {
+    size_t used = 0;
+    *port = std::stoi(address.substr(colon + 1), &used);
+    if (used != address.size() - colon - 1 || *port < 0 || *port > 65535) throw std::out_of_range("port");
+  } catch (const std::exception&) {
+    return InvalidArgument("'" + address + "' has no valid port");
+  }
+  *host = h;
   return Status::Ok();
 }
 

@@ -88,7 +88,7 @@ std::vector<double> LatencyBuckets() {
 }
 
 Registry::Family& Registry::FamilyFor(const std::string& name, const std::string& help, Kind kind,
-                                      double unit) {
+                                      double unit) const {
   auto it = families_.find(name);
   if (it == families_.end()) {
     it = families_.emplace(name, Family{kind, help, unit, {}, {}, {}}).first;
@@ -162,20 +162,23 @@ std::vector<Reported> Visit(const stats::Source& source) {
 
 }  // namespace
 
+void Registry::AddSeries(const stats::Source& source) const {
+  for (const auto& f : Visit(source)) {
+    if (f.kind == stats::Kind::kCounter) {
+      auto& slot = FamilyFor(f.name, f.help, Kind::kCounter, f.unit).counters[f.labels];
+      if (!slot) slot = std::make_unique<Counter>();
+    } else {
+      auto& slot = FamilyFor(f.name, f.help, Kind::kGauge).gauges[f.labels];
+      if (!slot) slot = std::make_unique<Gauge>();
+    }
+  }
+}
+
 SourceHandle Registry::AddSource(const stats::Source* source) {
   MutexLock sources(&sources_mu_);
-  const std::vector<Reported> figures = Visit(*source);
   {
     MutexLock lock(&mu_);
-    for (const auto& f : figures) {
-      if (f.kind == stats::Kind::kCounter) {
-        auto& slot = FamilyFor(f.name, f.help, Kind::kCounter, f.unit).counters[f.labels];
-        if (!slot) slot = std::make_unique<Counter>();
-      } else {
-        auto& slot = FamilyFor(f.name, f.help, Kind::kGauge).gauges[f.labels];
-        if (!slot) slot = std::make_unique<Gauge>();
-      }
-    }
+    AddSeries(*source);
   }
   sources_.push_back(source);
   return SourceHandle(this, source);
@@ -211,6 +214,7 @@ std::string Registry::RenderPrometheus() const {
   const Overlay overlay = VisitSources();
   const std::pair<uint64_t, double> none{0, 0};
   MutexLock lock(&mu_);
+  for (const stats::Source* source : sources_) AddSeries(*source);
   std::ostringstream out;
   for (const auto& [name, f] : families_) {
     const auto ov_family = overlay.find(name);

@@ -112,7 +112,7 @@ class Registry {
                           std::vector<double> bounds, const Labels& labels = {});
   // Renders `source`'s figures (common/stats.h) with this registry's own until the handle is
   // reset or destroyed; the source must outlive the handle. Its families and series exist (at
-  // zero) from this call on. When it leaves, its counters' last values stay in their series, so
+  // zero) from this call on, and series it reports later from their first rendering. When it leaves, its counters' last values stay in their series, so
   // that process-wide counters never go down (several instances in one process, in tests, add
   // up while they live and after); its gauges leave with it.
   [[nodiscard]] SourceHandle AddSource(const stats::Source* source);
@@ -139,13 +139,16 @@ class Registry {
   friend class SourceHandle;
   void RemoveSource(const stats::Source* source);
   Overlay VisitSources() const REQUIRES(sources_mu_);
-  Family& FamilyFor(const std::string& name, const std::string& help, Kind kind, double unit = 1)
+  Family& FamilyFor(const std::string& name, const std::string& help, Kind kind, double unit = 1) const
       REQUIRES(mu_);
+  // Series for every figure the live sources report now: a source may report series it did
+  // not have when it was added (a label per peer group member, say).
+  void AddSeries(const stats::Source& source) const REQUIRES(mu_);
 
   mutable Mutex sources_mu_;
   std::vector<const stats::Source*> sources_ GUARDED_BY(sources_mu_);
   mutable Mutex mu_ ACQUIRED_AFTER(sources_mu_);
-  std::map<std::string, Family> families_ GUARDED_BY(mu_);
+  mutable std::map<std::string, Family> families_ GUARDED_BY(mu_);  // grows while rendering
 };
 
 }  // namespace shardcache::metrics

@@ -162,6 +162,30 @@ std::optional<std::vector<uint32_t>> ReadIdList(const toml::node& n, const std::
   return out;
 }
 
+// An array of "host:port" addresses (peers.members).
+std::optional<std::vector<std::string>> ReadAddressList(const toml::node& n, const std::string& key, Problems& p) {
+  const toml::array* a = n.as_array();
+  if (a == nullptr) {
+    p.Add(key, "expected an array of \"host:port\" strings, got " + TypeName(n), &n);
+    return std::nullopt;
+  }
+  std::vector<std::string> out;
+  bool ok = true;
+  for (size_t i = 0; i < a->size(); ++i) {
+    const std::string item_key = key + "[" + std::to_string(i) + "]";
+    auto v = ReadString(*a->get(i), item_key, p);
+    if (v) {
+      if (Status bad = CheckHostPort(*v); !bad.ok()) {
+        p.Add(item_key, bad.message(), a->get(i));
+        v.reset();
+      }
+    }
+    if (v) out.push_back(*v); else ok = false;
+  }
+  if (!ok) return std::nullopt;
+  return out;
+}
+
 // An array of group names, as /etc/group spells them.
 std::optional<std::vector<std::string>> ReadGroupNames(const toml::node& n, const std::string& key, Problems& p) {
   const toml::array* a = n.as_array();
@@ -372,6 +396,32 @@ const std::vector<KeySpec>& Specs() {
           if (auto v = ReadString(n, k, p)) c.auth.token_file = *v;
         },
         SC_SAME(auth.token_file));
+    add("peers.members", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadAddressList(n, k, p)) c.peers.members = *v;
+        },
+        SC_SAME(peers.members));
+    for (auto [name, member] : {std::pair{"peers.dns", &Config::Peers::dns}, std::pair{"peers.self", &Config::Peers::self}}) {
+      auto field = member;
+      add(name, false,
+          [field](const std::string& k, N n, Config& c, Problems& p) {
+            if (auto v = ReadString(n, k, p)) {
+              if (Status bad = CheckHostPort(*v); !v->empty() && !bad.ok()) p.Add(k, bad.message(), &n);
+              else c.peers.*field = *v;
+            }
+          },
+          [field](const Config& a, const Config& b) { return a.peers.*field == b.peers.*field; });
+    }
+    add("peers.refresh", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto d = ReadDuration(n, k, p)) c.peers.refresh = *d;
+        },
+        SC_SAME(peers.refresh));
+    add("peers.timeout", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto d = ReadDuration(n, k, p)) c.peers.timeout = *d;
+        },
+        SC_SAME(peers.timeout));
     add("log.level", true,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadString(n, k, p)) {

@@ -72,6 +72,17 @@ struct Config {
     bool operator==(const Fetch&) const = default;
   } fetch;
 
+  // [peers]: an upstream set / peer group (daemon/upstream/peer_group.h); empty = none.
+  struct Peers {
+    std::vector<std::string> members;  // "host:port" of each member's Origin service
+    std::string dns;                   // "name:port": a name resolving to every member
+    std::string self;                  // how members name this daemon; "" = found by address
+    std::chrono::milliseconds refresh{10000};  // DNS re-resolution period
+    std::chrono::milliseconds timeout{2000};   // a silent member is skipped after this long
+    bool enabled() const { return !members.empty() || !dns.empty(); }
+    bool operator==(const Peers&) const = default;
+  } peers;
+
   struct Tls {
     std::string cert;                 // PEM: this daemon's certificate (server; client to grpcs upstream)
     std::string key;                  // PEM private key of `cert`

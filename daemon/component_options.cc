@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/host_port.h"
+
 namespace shardcache::daemon {
 
 upstream::GrpcSourceOptions GrpcSourceOptionsFor(const config::Config& c, const upstream::UpstreamUri& uri) {
@@ -19,6 +21,31 @@ upstream::GrpcSourceOptions GrpcSourceOptionsFor(const config::Config& c, const 
   o.outage_timeout = c.fetch.outage_timeout;
   o.max_retries = static_cast<int>(c.fetch.retries);
   o.max_in_flight_bytes = c.fetch.max_in_flight_bytes;
+  return o;
+}
+
+upstream::PeerGroupOptions PeerGroupOptionsFor(const config::Config& c) {
+  upstream::PeerGroupOptions o;
+  o.members.members = c.peers.members;
+  o.members.dns = c.peers.dns;
+  o.members.self = c.peers.self;
+  std::string host;
+  if (!c.listen.origin.empty() && !SplitHostPort(c.listen.origin, &host, &o.members.origin_port).ok()) {
+    o.members.origin_port = 0;
+  }
+  o.refresh = c.peers.refresh;
+  o.timeout = c.peers.timeout;
+  upstream::GrpcSourceOptions& g = o.connection;
+  g.tls = !c.tls.cert.empty();  // members serve what this daemon serves
+  g.ca = c.tls.ca;
+  g.cert = c.tls.cert;
+  g.key = c.tls.key;
+  g.token = c.auth.token;
+  g.connections = 4;
+  g.max_connections = static_cast<int>(std::min<uint32_t>(c.fetch.max_connections, 64));
+  g.call_timeout = c.fetch.timeout;
+  g.max_retries = static_cast<int>(c.fetch.retries);
+  g.max_in_flight_bytes = c.fetch.max_in_flight_bytes;
   return o;
 }
 

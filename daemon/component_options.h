@@ -13,12 +13,16 @@
 #include "daemon/serve/grpc_server.h"
 #include "daemon/serve/local_service.h"
 #include "daemon/upstream/grpc_source_options.h"
+#include "daemon/upstream/peer_group.h"
 #include "daemon/upstream/upstream_uri.h"
 
 namespace shardcache::daemon {
 
 // Upstream client for a grpc:// or grpcs:// `uri` (parsed from c.upstream).
 upstream::GrpcSourceOptions GrpcSourceOptionsFor(const config::Config& c, const upstream::UpstreamUri& uri);
+// [peers]: members, how this daemon finds itself among them (listen.origin's port) and the
+// connections to them (TLS when this daemon serves TLS, the token, modest pools).
+upstream::PeerGroupOptions PeerGroupOptionsFor(const config::Config& c);
 
 // The local service, without an access-order observer (the daemon adds one for the
 // clairvoyant policy once the cache tier exists).

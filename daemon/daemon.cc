@@ -19,6 +19,7 @@
 #include "daemon/serve/origin_service.h"
 #include "daemon/upstream/file_source.h"
 #include "daemon/upstream/grpc_source.h"
+#include "daemon/upstream/peer_group.h"
 
 namespace shardcache::daemon {
 
@@ -26,6 +27,7 @@ struct Daemon::Parts {
   // Owned here until the cache tier takes it over; `grpc` stays valid either way (setters).
   std::unique_ptr<ChunkSource> upstream;
   upstream::GrpcSource* grpc = nullptr;
+  upstream::PeerGroupSource* peers = nullptr;  // set when [peers] names a group; wraps upstream
   std::unique_ptr<cache::CachedSource> cache;
   // The source downstream services read from: the cache tier when there is one, else upstream.
   ChunkSource* serving = nullptr;
@@ -77,11 +79,20 @@ Status Daemon::BuildUpstream() {
   return Status::Ok();
 }
 
+Status Daemon::BuildPeerGroup() {
+  if (!config_.peers.enabled()) return Status::Ok();
+  auto group = upstream::PeerGroupSource::Create(PeerGroupOptionsFor(config_), std::move(parts_->upstream));
+  if (!group.ok()) return group.status().WithContext("peers");
+  parts_->peers = group->get();
+  parts_->upstream = std::move(*group);
+  return Status::Ok();
+}
+
 Status Daemon::BuildCache(const std::function<void(const std::string&)>& progress) {
   // No cache tier only for the origin role: a file:// upstream without an NVMe budget (the
   // page cache already holds hot files). A grpc upstream always gets one, for single-flight
   // and the DRAM tier even when cache.size = 0.
-  const bool file_upstream = parts_->grpc == nullptr;
+  const bool file_upstream = parts_->grpc == nullptr && parts_->peers == nullptr;
   if (file_upstream && config_.cache.size_bytes == 0) {
     parts_->serving = parts_->upstream.get();
     return Status::Ok();
@@ -141,6 +152,7 @@ Status Daemon::Start(const std::function<void(const std::string&)>& progress) {
   if (Status s = StartAdmin(); !s.ok()) return fail(s);
   say("connecting upstream " + config_.upstream);
   if (Status s = BuildUpstream(); !s.ok()) return fail(s);
+  if (Status s = BuildPeerGroup(); !s.ok()) return fail(s);
   if (Status s = BuildCache(progress); !s.ok()) return fail(s);
   if (Status s = StartOrigin(); !s.ok()) return fail(s);
   if (Status s = StartLocal(); !s.ok()) return fail(s);
@@ -344,6 +356,13 @@ std::string Daemon::StatusJson() const {
     j["upstream"]["up"] = h.up;
     j["upstream"]["down_seconds"] = h.down_seconds;
     j["upstream"]["last_error"] = h.last_error;
+  }
+  if (is_ready && parts_->peers != nullptr) {
+    j["peers"] = nlohmann::json::array();
+    for (const auto& m : parts_->peers->Members()) {
+      j["peers"].push_back({{"member", m.address}, {"self", m.self}, {"usable", m.usable}, {"share", m.share},
+                            {"chunks", m.chunks}, {"bytes", m.bytes}, {"errors", m.errors}});
+    }
   }
   if (is_ready && parts_->local) {
     j["clients"] = parts_->local->Stats();

@@ -84,6 +84,8 @@ class Daemon {
  private:
   Status StartAdmin();
   Status BuildUpstream();
+  // Wraps the upstream in a PeerGroupSource when [peers] names members (peer_group.h).
+  Status BuildPeerGroup();
   Status BuildCache(const std::function<void(const std::string&)>& progress);
   Status StartOrigin();
   Status StartLocal();

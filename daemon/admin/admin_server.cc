@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/host_port.h"
 #include "common/metrics.h"
 
 namespace shardcache::admin {
@@ -38,22 +39,6 @@ metrics::Counter* RequestCounter(const std::string& path) {
 }
 
 }  // namespace
-
-Status SplitHostPort(const std::string& address, std::string* host, int* port) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) return InvalidArgument("'" + address + "' is not host:port");
-  std::string h = address.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  try {
-    size_t used = 0;
-    *port = std::stoi(address.substr(colon + 1), &used);
-    if (used != address.size() - colon - 1 || *port < 0 || *port > 65535) throw std::out_of_range("port");
-  } catch (const std::exception&) {
-    return InvalidArgument("'" + address + "' has no valid port");
-  }
-  *host = h;
-  return Status::Ok();
-}
 
 AdminServer::AdminServer(AdminOptions options, AdminHandlers handlers)
     : options_(std::move(options)), handlers_(std::move(handlers)) {

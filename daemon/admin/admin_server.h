@@ -98,7 +98,4 @@ class AdminServer {
   int port_ = 0;
 };
 
-// Splits "host:port" / "[v6]:port" into host (without brackets) and port.
-Status SplitHostPort(const std::string& address, std::string* host, int* port);
-
 }  // namespace shardcache::admin

@@ -369,6 +369,7 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
       ReadOptions ro;
       ro.deadline = deadline_;
       ro.priority = req_.priority() == v1::PREFETCH ? FetchPriority::kPrefetch : FetchPriority::kDemand;
+      ro.via_peers = !req_.from_peer();
       upstream::ChunkEncoder encoder(svc_->options_.encoder);
       if (req_.block_count() > 0) return SendBlocks(d, ro, encoder);
       return svc_->source_.ReadChunks(

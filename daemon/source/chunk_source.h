@@ -50,6 +50,9 @@ struct ReadOptions {
   // keep until their other samples are read (a global shuffle of a dataset larger than the
   // cache). true: misses fetch and keep whole chunks.
   bool whole_chunks = true;
+  // false: the read came from another member of this daemon's peer group (peer_group.h); a
+  // peer group sends it to this daemon's own upstream, never on to another member.
+  bool via_peers = true;
 };
 
 // Receives chunks in order. Returning a non-OK status stops the read with that status.

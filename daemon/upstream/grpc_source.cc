@@ -39,31 +39,6 @@ constexpr Family kHedges{"shardcache_upstream_hedges_total",
 constexpr Family kChecksumFailures{"shardcache_upstream_checksum_failures_total",
                                    "Fetched chunks that failed decoding or hash verification (refetched)"};
 
-// What no GrpcSource keeps: the gauges of the fetch scheduler.
-struct UpstreamMetrics {
-  metrics::Gauge* in_flight;
-  metrics::Gauge* stream_limit;
-  metrics::Gauge* goodput;
-  metrics::Gauge* workers;
-  metrics::Gauge* in_flight_bytes;
-};
-
-const UpstreamMetrics& M() {
-  static const UpstreamMetrics m = [] {
-    auto& r = metrics::Registry::Global();
-    return UpstreamMetrics{
-        r.GetGauge("shardcache_upstream_fetches_in_flight", "Upstream streams running now"),
-        r.GetGauge("shardcache_upstream_stream_limit", "Adaptive limit of concurrent streams"),
-        r.GetGauge("shardcache_upstream_goodput_bytes_per_second",
-                   "Verified bytes per second fetched in the last measuring period"),
-        r.GetGauge("shardcache_upstream_workers", "Upstream fetch threads alive (one per busy or recently used slot)"),
-        r.GetGauge("shardcache_upstream_in_flight_bytes",
-                   "Chunk bytes requested from the upstream and not yet handed to their readers"),
-    };
-  }();
-  return m;
-}
-
 // gRPC deadlines are system_clock; ours are steady_clock.
 std::chrono::system_clock::time_point ToSystem(Clock::time_point t) {
   return std::chrono::system_clock::now() +
@@ -103,6 +78,41 @@ std::chrono::milliseconds Jittered(std::chrono::milliseconds base) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   std::uniform_real_distribution<double> d(0.5, 1.5);
   return std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(base.count()) * d(rng)));
+}
+
+}  // namespace
+
+// What no GrpcSource keeps: the gauges of the fetch scheduler.
+struct UpstreamGauges {
+  metrics::Gauge* in_flight;
+  metrics::Gauge* stream_limit;
+  metrics::Gauge* goodput;
+  metrics::Gauge* workers;
+  metrics::Gauge* in_flight_bytes;
+};
+
+namespace {
+const UpstreamGauges& M() {
+  static const UpstreamGauges m = [] {
+    auto& r = metrics::Registry::Global();
+    return UpstreamGauges{
+        r.GetGauge("shardcache_upstream_fetches_in_flight", "Upstream streams running now"),
+        r.GetGauge("shardcache_upstream_stream_limit", "Adaptive limit of concurrent streams"),
+        r.GetGauge("shardcache_upstream_goodput_bytes_per_second",
+                   "Verified bytes per second fetched in the last measuring period"),
+        r.GetGauge("shardcache_upstream_workers", "Upstream fetch threads alive (one per busy or recently used slot)"),
+        r.GetGauge("shardcache_upstream_in_flight_bytes",
+                   "Chunk bytes requested from the upstream and not yet handed to their readers"),
+    };
+  }();
+  return m;
+}
+
+// The same gauges for a source that reports nothing (GrpcSourceOptions::report_metrics false).
+const UpstreamGauges& Unreported() {
+  static metrics::Gauge g[5];
+  static const UpstreamGauges m{&g[0], &g[1], &g[2], &g[3], &g[4]};
+  return m;
 }
 
 }  // namespace
@@ -176,7 +186,8 @@ GrpcSource::GrpcSource(GrpcSourceOptions options)
         c.initial = std::clamp(options_.connections, 1, c.max);
         return c;
       }()),
-      health_(Where(), options_.outage_timeout) {}
+      health_(Where(), options_.outage_timeout, options_.report_metrics),
+      m_(options_.report_metrics ? M() : Unreported()) {}
 
 Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options) {
   SC_RETURN_IF_ERROR(ResolveTarget(&options));
@@ -221,8 +232,8 @@ Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options
   }
   src->prober_ = std::thread([s = src.get()] { s->ProbeLoop(); });
   src->hedger_ = std::thread([s = src.get()] { s->HedgeLoop(); });
-  M().stream_limit->Set(src->controller_.limit());
-  src->stats_source_ = metrics::Registry::Global().AddSource(src.get());
+  src->m_.stream_limit->Set(src->controller_.limit());
+  if (src->options_.report_metrics) src->stats_source_ = metrics::Registry::Global().AddSource(src.get());
   return src;
 }
 
@@ -589,7 +600,7 @@ void GrpcSource::SpawnWorkers() {
   while (workers_.size() < limit && workers_.size() - static_cast<size_t>(running_) < queued) {
     const uint64_t id = next_worker_id_++;
     workers_.emplace(id, std::thread([this, id] { WorkerLoop(id); }));
-    M().workers->Add(1);
+    m_.workers->Add(1);
   }
 }
 
@@ -732,7 +743,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     running_now_.store(running_);
     // Work still waits only if every slot the limit allows is taken.
     if ((!demand_.empty() || !prefetch_.empty()) && running_ >= controller_.limit()) waited_.store(true);
-    M().in_flight->Set(running_);
+    m_.in_flight->Set(running_);
     lock.Unlock();
     if (!task->cancelled.load()) RunTask(*task, conn);
     lock.Lock();
@@ -754,11 +765,11 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     idle_since = slot_used_[slot] = Clock::now();
     --running_;
     running_now_.store(running_);
-    M().in_flight->Set(running_);
+    m_.in_flight->Set(running_);
     cv_.NotifyAll();
   }
   exited_.push_back(id);
-  M().workers->Add(-1);
+  m_.workers->Add(-1);
 }
 
 void GrpcSource::ObserveProgress(uint64_t chunk_bytes, std::chrono::nanoseconds chunk_time) {
@@ -766,9 +777,9 @@ void GrpcSource::ObserveProgress(uint64_t chunk_bytes, std::chrono::nanoseconds 
   controller_.Observe(Clock::now(), payload_bytes_.load(), waited_.exchange(false), chunk_bytes, chunk_time,
                       running_now_.load());
   const int after = controller_.limit();
-  M().goodput->Set(controller_.goodput());
+  m_.goodput->Set(controller_.goodput());
   if (after != before) {
-    M().stream_limit->Set(after);
+    m_.stream_limit->Set(after);
     spdlog::debug("{}: stream limit {} -> {} (goodput {:.1f} MB/s, last chunk {:.2f} s on its stream)", Where(),
                   before, after, controller_.goodput() / 1e6, std::chrono::duration<double>(chunk_time).count());
     {
@@ -855,6 +866,7 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
   req.set_chunk_count(task.end - p.next);
   req.set_priority(task.priority == FetchPriority::kDemand ? v1::DEMAND : v1::PREFETCH);
   req.set_accept_zstd(options_.accept_zstd);
+  req.set_from_peer(options_.from_peer);
   if (task.block_count > 0) {
     req.set_first_block(task.first_block);
     req.set_block_count(task.block_count);
@@ -983,7 +995,7 @@ bool GrpcSource::BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p
       running = running_;
     }
     controller_.Refused(running);
-    M().stream_limit->Set(controller_.limit());
+    m_.stream_limit->Set(controller_.limit());
     SC_LOG_RATE_LIMITED(spdlog::level::warn, "{} refused a stream with {} running ({}); stream limit now {}", Where(),
                         running, s.message(), controller_.limit());
   }
@@ -1097,14 +1109,14 @@ bool GrpcSource::ReserveInFlight(uint64_t bytes, bool force) {
   do {
     if (!force && now + bytes > options_.max_in_flight_bytes) return false;
   } while (!in_flight_bytes_.compare_exchange_weak(now, now + bytes));
-  M().in_flight_bytes->Add(static_cast<double>(bytes));
+  m_.in_flight_bytes->Add(static_cast<double>(bytes));
   return true;
 }
 
 void GrpcSource::ReleaseInFlight(uint64_t bytes) {
   if (bytes == 0) return;
   in_flight_bytes_.fetch_sub(bytes);
-  M().in_flight_bytes->Add(-static_cast<double>(bytes));
+  m_.in_flight_bytes->Add(-static_cast<double>(bytes));
 }
 
 void GrpcSource::Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint64_t to,

@@ -103,6 +103,8 @@ class ChunkMessage;
 
 namespace shardcache::upstream {
 
+struct UpstreamGauges;
+
 class GrpcSource final : public ChunkSource, public stats::Source {
  public:
   // Streams demand work may run past the stream limit (see above): a batch of 16 samples in 16
@@ -232,6 +234,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   Flights range_flights_;  // block ranges, keyed by RangeKey (grpc_source.cc)
   BlockTables tables_;
   UpstreamHealth health_;
+  const UpstreamGauges& m_;  // the scheduler's gauges (or unreported ones)
 
   // Scheduler: FetchTasks wait here for a stream slot (= connection).
   mutable Mutex mu_;

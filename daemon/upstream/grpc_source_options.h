@@ -72,6 +72,11 @@ struct GrpcSourceOptions {
   std::chrono::milliseconds manifest_ttl{1000};
   // Ask the origin for zstd where it helps.
   bool accept_zstd = true;
+  // This source reads from another member of a peer group (ReadChunksRequest.from_peer).
+  bool from_peer = false;
+  // Report the shardcache_upstream_* figures (the long link's); a peer group's member
+  // connections report their own (peer_group.h) instead.
+  bool report_metrics = true;
   // Adaptive stream control; `initial`/`max` are taken from connections/max_connections.
   StreamControllerOptions controller;
 };

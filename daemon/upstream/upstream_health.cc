@@ -33,11 +33,13 @@ bool ProbeAnswered(const Status& s) {
   }
 }
 
-UpstreamHealth::UpstreamHealth(std::string where, std::chrono::milliseconds outage_timeout)
+UpstreamHealth::UpstreamHealth(std::string where, std::chrono::milliseconds outage_timeout, bool report)
     : where_(std::move(where)),
       outage_timeout_(outage_timeout),
-      up_gauge_(metrics::Registry::Global().GetGauge(
-          "shardcache_upstream_up", "1 while the upstream answers; 0 before its first answer and while it is unreachable")) {
+      up_gauge_(report ? metrics::Registry::Global().GetGauge(
+                             "shardcache_upstream_up",
+                             "1 while the upstream answers; 0 before its first answer and while it is unreachable")
+                       : &unreported_up_) {
   up_gauge_->Set(0);
 }
 

@@ -41,7 +41,8 @@ class UpstreamHealth {
   using Clock = std::chrono::steady_clock;
 
   // `where` names the upstream in messages ("upstream origin:7443").
-  UpstreamHealth(std::string where, std::chrono::milliseconds outage_timeout);
+  // `report`: drives the shardcache_upstream_up gauge (false: a peer group member's health).
+  UpstreamHealth(std::string where, std::chrono::milliseconds outage_timeout, bool report = true);
 
   // The upstream answered (a message, a unary reply, a status that is not a transport failure).
   void OnAnswer();
@@ -74,6 +75,7 @@ class UpstreamHealth {
 
   const std::string where_;
   const std::chrono::milliseconds outage_timeout_;
+  metrics::Gauge unreported_up_;
   metrics::Gauge* const up_gauge_;
 
   mutable Mutex mu_;

@@ -35,9 +35,13 @@ inline bool Ready(int metrics_port, bool degraded_is_up = false) {
 struct Daemon {
   std::string name, config, log, cache_dir, socket;
   uint64_t cache_bytes = 0;
+  std::string origin_host = "127.0.0.1";
   int origin_port = FreePort();
   int metrics_port = FreePort();
   std::unique_ptr<Process> proc;
+  // Runs the daemon through this command line (e.g. into a namespace), the daemon's own argv
+  // appended.
+  std::vector<std::string> wrapper;
 
   Daemon(const TempDir& dir, std::string n, const std::string& upstream, uint64_t cache_size,
          uint64_t segment_size = 8 << 20, std::string socket_path = "", const std::string& extra_toml = "")
@@ -52,12 +56,33 @@ struct Daemon {
     REQUIRE(MakeDirs(cache_dir).ok());
     REQUIRE(WriteFileAtomic(config, text).ok());
   }
-  std::string Url() const { return "grpc://127.0.0.1:" + std::to_string(origin_port); }
+  std::string Url() const { return "grpc://" + origin_host + ":" + std::to_string(origin_port); }
+
+  // Moves the Origin service to host:port (another loopback address, say) before Start.
+  void ListenOn(const std::string& host, int port) {
+    auto text = ReadFileToString(config);
+    REQUIRE(text.ok());
+    const std::string old = "origin = \"127.0.0.1:" + std::to_string(origin_port) + "\"";
+    const size_t at = text->find(old);
+    REQUIRE(at != std::string::npos);
+    text->replace(at, old.size(), "origin = \"" + host + ":" + std::to_string(port) + "\"");
+    REQUIRE(WriteFileAtomic(config, *text).ok());
+    origin_host = host;
+    origin_port = port;
+  }
+  // Appends TOML (further tables) to the config before Start.
+  void AppendConfig(const std::string& toml) {
+    auto text = ReadFileToString(config);
+    REQUIRE(text.ok());
+    REQUIRE(WriteFileAtomic(config, *text + toml).ok());
+  }
   std::string MetricsAddr() const { return "127.0.0.1:" + std::to_string(metrics_port); }
 
   // Starts the daemon and waits until it serves (`degraded_is_up`: also with a failing check).
   void Start(bool degraded_is_up = false) {
-    proc = std::make_unique<Process>(std::vector<std::string>{Bin("shardcached"), "--config", config}, log);
+    std::vector<std::string> argv = wrapper;
+    for (const std::string& a : {Bin("shardcached"), std::string("--config"), config}) argv.push_back(a);
+    proc = std::make_unique<Process>(argv, log);
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (!Ready(metrics_port, degraded_is_up)) {
       INFO(name << " log:\n" << LogTail(log));
@@ -65,7 +90,7 @@ struct Daemon {
       REQUIRE(std::chrono::steady_clock::now() < end);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    REQUIRE(WaitForPort(origin_port));
+    REQUIRE(WaitForPort(origin_port, std::chrono::seconds(20), origin_host));
     if (!socket.empty()) REQUIRE(WaitForFile(socket));
   }
 };

@@ -92,13 +92,13 @@ int FreePort() {
   return 0;
 }
 
-bool WaitForPort(int port, std::chrono::milliseconds timeout) {
+bool WaitForPort(int port, std::chrono::milliseconds timeout, const std::string& host) {
   const auto end = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < end) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) return false;
     a.sin_port = htons(static_cast<uint16_t>(port));
     const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     ::close(fd);

@@ -34,8 +34,9 @@ class Process {
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreePort();
-// Polls until 127.0.0.1:port accepts a connection; false on timeout.
-bool WaitForPort(int port, std::chrono::milliseconds timeout = std::chrono::seconds(20));
+// Polls until host:port (an IPv4 address) accepts a connection; false on timeout.
+bool WaitForPort(int port, std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                 const std::string& host = "127.0.0.1");
 bool WaitForFile(const std::string& path, std::chrono::milliseconds timeout = std::chrono::seconds(20));
 // Path of a built program: <build>/bin/<name>.
 std::string BinPath(const std::string& name);
