@@ -19,6 +19,8 @@ constexpr Family kPeerErrors{"shardcache_peer_errors_total",
                              "Reads of a peer group member that failed and went on to the next member"};
 constexpr Family kPeerUsable{"shardcache_peer_usable", "1 while a peer group member is used, 0 while set aside"};
 constexpr Family kPeerShare{"shardcache_peer_share", "Share of the chunks a peer group member owns now"};
+constexpr Family kPeerSelf{"shardcache_peer_self",
+                           "1 for the member that is this node (its chunks cross its own upstream link)"};
 
 // A read that failed for the caller's own reasons, not the member's.
 bool CallerEnded(const Status& s, const ReadOptions& options) {
@@ -259,6 +261,7 @@ void PeerGroupSource::VisitStats(const stats::Visitor& visit) const {
     stats::Counter(visit, kPeerErrors, m.errors, &labels);
     stats::Gauge(visit, kPeerUsable, m.usable ? 1 : 0, &labels);
     stats::Gauge(visit, kPeerShare, m.share, &labels);
+    stats::Gauge(visit, kPeerSelf, m.self ? 1 : 0, &labels);
   }
 }
 

@@ -145,6 +145,45 @@ class Checker:
         if not image_group or not documented or image_group.group(1) != documented.group(1):
             self.fail("Dockerfile", "shardcache-users in the image does not have the gid the manifests use")
 
+    def check_peer_group(self, ds, node_toml):
+        """[peers] dns names a headless Service of these manifests that selects the node pods on
+        the port the daemon serves its share on (listen.origin), which the container declares,
+        and only node pods may reach that port."""
+        dns = re.search(r'^dns = "([^"]*)"', node_toml, re.M)
+        if not dns or not dns.group(1):
+            return  # no peer group: nodes fetch on their own
+        host, _, port = dns.group(1).rpartition(":")
+        origin = re.search(r'^origin = "[^"]*:(\d+)"', node_toml, re.M)
+        if not origin or origin.group(1) != port:
+            self.fail("daemonset.yaml", f"[peers] dns port {port} is not listen.origin's port")
+        name, namespace = (host.split(".") + ["default"])[:2]
+        labels = ds["spec"]["template"]["metadata"]["labels"]
+        services = [d for _, d in self.docs if d["kind"] == "Service" and d["metadata"]["name"] == name
+                    and d["metadata"].get("namespace", "default") == namespace]
+        if not services:
+            self.fail("daemonset.yaml", f"[peers] dns names Service {name}.{namespace}, which is not in deploy/k8s")
+            return
+        svc = services[0]["spec"]
+        if svc.get("clusterIP") != "None":
+            self.fail("daemonset.yaml", f"Service {name} is not headless: its name would resolve to one virtual IP")
+        if not svc.get("selector") or not svc["selector"].items() <= labels.items():
+            self.fail("daemonset.yaml", f"Service {name} does not select the node pods")
+        container = next(c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "shardcached")
+        declared = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
+        target = [p.get("targetPort") for p in svc.get("ports", []) if str(p.get("port")) == port]
+        if not target or declared.get(target[0], target[0]) != int(port):
+            self.fail("daemonset.yaml", f"Service {name} port {port} does not reach the container's port {port}")
+        peers_only = any(
+            p["spec"]["podSelector"].get("matchLabels", {}).items() <= labels.items()
+            and any(any(x.get("port") == int(port) for x in r.get("ports", []))
+                    and r.get("from") and all(src.get("podSelector", {}).get("matchLabels", {}).items() <= labels.items()
+                                              and set(src) == {"podSelector"} for src in r["from"])
+                    for r in p["spec"].get("ingress", []))
+            for p in self.policies)
+        if not peers_only:
+            self.fail("daemonset.yaml", f"no NetworkPolicy limits the peer port {port} to node pods")
+        print(f"daemonset.yaml: peer group through headless Service {name} on port {port}")
+
     def run(self):
         node_toml = None
         for f, d in self.docs:
@@ -153,6 +192,7 @@ class Checker:
                 if d["kind"] == "DaemonSet":
                     node_toml = toml_text
                     self.check_node_volumes(d)
+                    self.check_peer_group(d, toml_text)
         if node_toml is None:
             self.fail("deploy/k8s", "no DaemonSet")
         else:

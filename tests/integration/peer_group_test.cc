@@ -112,6 +112,21 @@ TEST_CASE("peer group: 4 nodes read a whole dataset byte-exact and the origin se
     }
     CHECK(Metric(g.nodes[i]->metrics_port, "shardcache_peer_errors_total") == 0);
   }
+  // The operator's view of node 0: every member with its share in `shardctl status`, and where
+  // its bytes came from in `shardctl top`.
+  const std::string admin = " --metrics-addr 127.0.0.1:" + std::to_string(g.nodes[0]->metrics_port);
+  std::string status, top;
+  REQUIRE(RunCommand(Bin("shardctl") + " status" + admin, &status) == 0);
+  INFO("shardctl status:\n" << status << "\nnode 0 log:\n" << LogTail(g.nodes[0]->log));
+  CHECK(Metric(g.nodes[0]->metrics_port, "shardcache_peer_errors_total") == 0);
+  CHECK(status.find("PEER") != std::string::npos);
+  for (int j = 0; j < 4; ++j) CHECK(status.find(g.Member(j)) != std::string::npos);
+  CHECK(status.find(" self ") != std::string::npos);
+  CHECK(status.find("25.0%") != std::string::npos);
+  REQUIRE(RunCommand(Bin("shardctl") + " top --once --interval 0.2" + admin, &top) == 0);
+  INFO("shardctl top:\n" << top);
+  CHECK(top.find("sources   local tiers") != std::string::npos);
+  for (int j = 0; j < 4; ++j) CHECK(top.find(g.Member(j)) != std::string::npos);
 }
 
 TEST_CASE("peer group: a member killed with SIGKILL mid-epoch; the others finish byte-exact, and it rejoins on restart",

@@ -1,6 +1,6 @@
 // shardctl status [--config PATH | --metrics-addr HOST:PORT] [--json]
-// The daemon's health, upstream, cache tiers (used vs budget), clients and datasets, from its
-// admin endpoint's /status document.
+// The daemon's health, upstream, peer group members, cache tiers (used vs budget), clients and
+// datasets, from its admin endpoint's /status document.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +23,19 @@ std::string Duration(double seconds) {
   else if (s >= 3600) std::snprintf(buf, sizeof buf, "%lluh%02llum", (unsigned long long)(s / 3600), (unsigned long long)(s % 3600 / 60));
   else std::snprintf(buf, sizeof buf, "%llum%02llus", (unsigned long long)(s / 60), (unsigned long long)(s % 60));
   return buf;
+}
+
+// The peer group: one row per member — whether it is this node, set aside after a failure,
+// its share of the hash space, and what it delivered to this node.
+void PrintPeers(const nlohmann::json& peers) {
+  std::printf("\n%-28s %5s %7s %10s %12s %8s\n", "PEER", "STATE", "SHARE", "CHUNKS", "BYTES", "ERRORS");
+  for (const auto& m : peers) {
+    const char* state = m.value("self", false) ? "self" : (m.value("usable", false) ? "up" : "aside");
+    std::printf("%-28s %5s %6.1f%% %10llu %12s %8llu\n", m.value("member", "?").substr(0, 28).c_str(), state,
+                100.0 * m.value("share", 0.0), (unsigned long long)U64(m, "chunks"),
+                FormatBytes(U64(m, "bytes")).c_str(), (unsigned long long)U64(m, "errors"));
+  }
+  std::printf("\n");
 }
 
 int RunStatus(const AdminTarget& target, bool json) {
@@ -68,6 +81,7 @@ int RunStatus(const AdminTarget& target, bool json) {
     }
     std::printf("\n");
   }
+  if (j.contains("peers") && j["peers"].is_array()) PrintPeers(j["peers"]);
   if (j.contains("listen")) {
     const auto& l = j["listen"];
     auto show = [](const std::string& v) { return v.empty() ? std::string("off") : v; };

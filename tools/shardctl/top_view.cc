@@ -30,6 +30,43 @@ std::string Uptime(double s) {
   return Fmt("%lldm%02llds", t / 60, t % 60);
 }
 
+
+// Where the node's bytes came from in the interval: its own tiers, the members of its peer
+// group, and its own upstream link (the long link, or the next tier); one row per member.
+std::string RenderSources(const Samples& prev, const Samples& cur, double dt) {
+  auto delta = [&](const std::string& key) { return std::max(0.0, Value(cur, key) - Value(prev, key)); };
+  const auto peer_bytes = Series(cur, "shardcache_peer_bytes_total");
+  if (peer_bytes.empty()) return "";
+  const auto peer_bytes_prev = Series(prev, "shardcache_peer_bytes_total");
+  const auto chunks = Series(cur, "shardcache_peer_chunks_total");
+  const auto errors = Series(cur, "shardcache_peer_errors_total");
+  const auto usable = Series(cur, "shardcache_peer_usable");
+  const auto share = Series(cur, "shardcache_peer_share");
+  const auto self = Series(cur, "shardcache_peer_self");
+  auto at = [](const std::map<std::string, double>& m, const std::string& k) {
+    auto it = m.find(k);
+    return it == m.end() ? 0.0 : it->second;
+  };
+  double from_peers = 0;
+  std::string rows;
+  for (const auto& [labels, bytes] : peer_bytes) {
+    const double moved = std::max(0.0, bytes - at(peer_bytes_prev, labels));
+    const bool is_self = at(self, labels) > 0;
+    if (!is_self) from_peers += moved;
+    rows += Fmt("%-28s %5s %6.1f%% %12s %12s %10.0f %8.0f\n", LabelValue(labels, "member").substr(0, 28).c_str(),
+                is_self ? "self" : (at(usable, labels) > 0 ? "up" : "aside"), 100 * at(share, labels),
+                Rate(moved / dt).c_str(), FormatBytes(static_cast<uint64_t>(bytes)).c_str(), at(chunks, labels),
+                at(errors, labels));
+  }
+  const std::string sb = "shardcache_cache_served_bytes_total";
+  std::string out = Fmt("sources   local tiers %s  peers %s  own upstream %s\n",
+                        Rate((delta(sb + "{tier=\"dram\"}") + delta(sb + "{tier=\"nvme\"}")) / dt).c_str(),
+                        Rate(from_peers / dt).c_str(),
+                        Rate(delta("shardcache_upstream_payload_bytes_total") / dt).c_str());
+  out += Fmt("\n%-28s %5s %7s %12s %12s %10s %8s\n", "PEER", "STATE", "SHARE", "RATE", "BYTES", "CHUNKS", "ERRORS");
+  return out + rows;
+}
+
 }  // namespace
 
 std::string RenderTopFrame(const Samples& prev, const Samples& cur, double dt, const std::string& address) {
@@ -92,6 +129,8 @@ std::string RenderTopFrame(const Samples& prev, const Samples& cur, double dt, c
                Rate(delta("shardcache_origin_payload_bytes_total") / dt).c_str(),
                Rate(delta("shardcache_origin_wire_bytes_total") / dt).c_str());
   }
+
+  out += RenderSources(prev, cur, dt);
 
   // Trainers, node-wide.
   if (cur.count("shardcache_serve_bytes_total") != 0) {

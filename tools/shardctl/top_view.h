@@ -10,6 +10,9 @@
 //   shardcache_loader_open{...}            loaders of the pair open now
 // A pair is shown while it has open loaders or read in the interval; STALL% is per loader.
 // Without any, the frame shows the node-wide trainer figures (shardcache_serve_*).
+// In a peer group (shardcache_peer_*{member=...}, daemon/upstream/peer_group.h) it also shows
+// where the node's bytes came from — local tiers, peers, its own upstream link — and one row
+// per member: state, share owned, rate, bytes, chunks and errors.
 //
 // Thread safety: pure function.
 #pragma once
