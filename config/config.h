@@ -78,7 +78,7 @@ struct Config {
     std::string dns;                   // "name:port": a name resolving to every member
     std::string self;                  // how members name this daemon; "" = found by address
     std::chrono::milliseconds refresh{10000};  // DNS re-resolution period
-    std::chrono::milliseconds timeout{2000};   // a silent member is skipped after this long
+    std::chrono::milliseconds timeout{5000};   // a silent member is skipped after this long
     bool enabled() const { return !members.empty() || !dns.empty(); }
     bool operator==(const Peers&) const = default;
   } peers;

@@ -37,7 +37,7 @@ def start_nodes(b, tag, n, upstream, dataset_bytes, group):
     extra = ""
     if group:
         members = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
-        extra = f'[peers]\nmembers = [{members}]\ntimeout = "2s"\n'
+        extra = f'[peers]\nmembers = [{members}]\n'
     nodes = []
     for i, port in enumerate(ports):
         sock = b.path(f"{tag}-node{i}.sock")
@@ -98,6 +98,13 @@ def one_run(b, tag, n, link, dataset, dataset_bytes, samples, group):
     origin_bytes = origin.metric("shardcache_origin_payload_bytes_total") - o0
     peer_bytes = sum(sum(v for k, v in d.metrics().items() if k.startswith("shardcache_peer_bytes_total{"))
                      for d, _ in nodes)
+    peer_errors = sum(sum(v for k, v in d.metrics().items() if k.startswith("shardcache_peer_errors_total{"))
+                      for d, _ in nodes)
+    hedges = sum(d.metric("shardcache_upstream_hedges_total") for d, _ in nodes)
+    for i in range(n) if peer_errors else ():
+        with open(b.path(f"{tag}-node{i}.log")) as f:
+            for line in (l for l in f if "failed a read" in l):
+                print(f"    node {i}: {line.strip()[-300:]}")
     for d, _ in nodes:
         stop(b, d.proc)
     stop(b, wanem)
@@ -105,7 +112,8 @@ def one_run(b, tag, n, link, dataset, dataset_bytes, samples, group):
     goodput = sum(dataset_bytes * 8 / w / 1e6 for w in walls) / n
     print(f"  N={n} {'group' if group else 'independent':11s}: wall {max(walls):6.2f} s, node goodput "
           f"{goodput:7.1f} Mbit/s (mean), origin served {origin_bytes / S.MiB:7.1f} MiB "
-          f"({origin_bytes / dataset_bytes:.2f} × dataset), {peer_bytes / S.MiB:.1f} MiB from group members")
+          f"({origin_bytes / dataset_bytes:.2f} × dataset), {peer_bytes / S.MiB:.1f} MiB from group members, "
+          f"{peer_errors:.0f} member read errors, {hedges:.0f} hedged fetches")
     return {"wall_s": max(walls), "node_goodput_mbit": goodput, "origin_bytes": origin_bytes}
 
 

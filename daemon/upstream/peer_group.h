@@ -49,7 +49,7 @@
 namespace shardcache::upstream {
 
 inline constexpr std::chrono::milliseconds kDefaultPeerRefresh{10000};  // peers.refresh
-inline constexpr std::chrono::milliseconds kDefaultPeerTimeout{2000};   // peers.timeout
+inline constexpr std::chrono::milliseconds kDefaultPeerTimeout{5000};   // peers.timeout
 
 struct PeerGroupOptions {
   PeerMembersOptions members;

@@ -65,7 +65,7 @@ struct Group {
       members += (members.empty() ? "\"" : ", \"") + std::string("127.0.0.1:") + std::to_string(node->origin_port) + "\"";
     }
     for (const auto& node : nodes) {
-      node->AppendConfig("[peers]\nmembers = [" + members + "]\ntimeout = \"1s\"\n");
+      node->AppendConfig("[peers]\nmembers = [" + members + "]\ntimeout = \"5s\"\n");
       node->Start();
     }
   }
