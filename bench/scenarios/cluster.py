@@ -101,6 +101,7 @@ def one_run(b, tag, n, link, dataset, dataset_bytes, samples, group):
     peer_errors = sum(sum(v for k, v in d.metrics().items() if k.startswith("shardcache_peer_errors_total{"))
                       for d, _ in nodes)
     hedges = sum(d.metric("shardcache_upstream_hedges_total") for d, _ in nodes)
+    range_hedges = sum(d.metric("shardcache_upstream_range_hedges_total") for d, _ in nodes)
     for i in range(n) if peer_errors else ():
         with open(b.path(f"{tag}-node{i}.log")) as f:
             for line in (l for l in f if "failed a read" in l):
@@ -113,7 +114,8 @@ def one_run(b, tag, n, link, dataset, dataset_bytes, samples, group):
     print(f"  N={n} {'group' if group else 'independent':11s}: wall {max(walls):6.2f} s, node goodput "
           f"{goodput:7.1f} Mbit/s (mean), origin served {origin_bytes / S.MiB:7.1f} MiB "
           f"({origin_bytes / dataset_bytes:.2f} × dataset), {peer_bytes / S.MiB:.1f} MiB from group members, "
-          f"{peer_errors:.0f} member read errors, {hedges:.0f} hedged fetches")
+          f"{peer_errors:.0f} member read errors, {hedges:.0f} hedged fetches "
+          f"({range_hedges:.0f} of block ranges)")
     return {"wall_s": max(walls), "node_goodput_mbit": goodput, "origin_bytes": origin_bytes}
 
 

@@ -36,6 +36,8 @@ constexpr Family kStreams{"shardcache_upstream_streams_total", "ReadChunks strea
 constexpr Family kRetries{"shardcache_upstream_retries_total", "Upstream attempts after a failure"};
 constexpr Family kHedges{"shardcache_upstream_hedges_total",
                          "Stuck demand fetches re-issued on another stream (the first verified copy wins)"};
+constexpr Family kRangeHedges{"shardcache_upstream_range_hedges_total",
+                              "Of the hedges, those of block ranges (the others re-issue whole chunks)"};
 constexpr Family kChecksumFailures{"shardcache_upstream_checksum_failures_total",
                                    "Fetched chunks that failed decoding or hash verification (refetched)"};
 
@@ -561,6 +563,7 @@ void GrpcSource::HedgeLoop() {
       h->original = t;
       t->hedge = h;
       hedges_.fetch_add(1);
+      if (t->block_count > 0) range_hedges_.fetch_add(1);
       SC_LOG_RATE_LIMITED(spdlog::level::debug, "{}: hedging chunks [{}, {}) of shard {} of '{}' (no message for {} ms)",
                           Where(), t->first, t->end, t->shard, t->dataset->name, (now - heard) / 1000000);
       demand_.push_front(std::move(h));  // on another slot: the stuck one stays busy
@@ -1168,6 +1171,7 @@ void GrpcSource::VisitStats(const stats::Visitor& visit) const {
   stats::Counter(visit, kRetries, retries_.load());
   stats::Counter(visit, kChecksumFailures, checksum_failures_.load());
   stats::Counter(visit, kHedges, hedges_.load());
+  stats::Counter(visit, kRangeHedges, range_hedges_.load());
 }
 
 GrpcSource::Stats GrpcSource::stats() const {
@@ -1180,6 +1184,7 @@ GrpcSource::Stats GrpcSource::stats() const {
   s.retries = retries_.load();
   s.checksum_failures = checksum_failures_.load();
   s.hedges = hedges_.load();
+  s.range_hedges = range_hedges_.load();
   s.stream_limit = controller_.limit();
   s.goodput_bytes_per_s = controller_.goodput();
   s.in_flight_bytes = in_flight_bytes_.load();

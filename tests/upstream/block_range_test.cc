@@ -268,6 +268,7 @@ TEST_CASE("a demand fetch stuck on a stalled stream is hedged on another; the fi
   INFO("took " << took << " s");
   CHECK(took < (range ? 1.5 : 2.5));  // the hedge's floor (0.2 s / 1 s) and a quick fetch, not the 4 s stall
   CHECK(client->stats().hedges == 1);
+  CHECK(client->stats().range_hedges == (range ? 1 : 0));
   CHECK(client->stats().checksum_failures == 0);
 }
 
