@@ -59,7 +59,10 @@ class Bench:
                 p.kill()
                 p.wait()
         self.procs = []
-        shutil.rmtree(self.work, ignore_errors=True)
+        if os.environ.get("SHARDCACHE_BENCH_KEEP"):  # logs and configs, for a look afterwards
+            print(f"kept {self.work}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
 
     def path(self, *parts):
         return os.path.join(self.work, *parts)

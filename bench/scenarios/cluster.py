@@ -102,6 +102,12 @@ def one_run(b, tag, n, link, dataset, dataset_bytes, samples, group):
                       for d, _ in nodes)
     hedges = sum(d.metric("shardcache_upstream_hedges_total") for d, _ in nodes)
     range_hedges = sum(d.metric("shardcache_upstream_range_hedges_total") for d, _ in nodes)
+    # Where the origin's bytes went: per node, whole chunks and block ranges fetched upstream.
+    for i, (d, _) in enumerate(nodes):
+        print(f"    node {i}: upstream {d.metric('shardcache_upstream_payload_bytes_total') / S.MiB:6.1f} MiB in "
+              f"{d.metric('shardcache_upstream_chunks_total'):.0f} chunks + "
+              f"{d.metric('shardcache_upstream_block_ranges_total'):.0f} block ranges, "
+              f"{d.metric('shardcache_upstream_hedges_total'):.0f} hedges")
     for i in range(n) if peer_errors else ():
         with open(b.path(f"{tag}-node{i}.log")) as f:
             for line in (l for l in f if "failed a read" in l):

@@ -531,8 +531,13 @@ std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task) const {
   const bool range = task.block_count > 0;
   const int64_t usual = (range ? range_message_ns_ : chunk_message_ns_).load();
   const std::chrono::nanoseconds floor = range ? std::chrono::milliseconds(200) : std::chrono::seconds(1);
-  // Before any message of its kind arrived: 5x the floor.
-  if (usual == 0) return 5 * floor;
+  if (usual == 0) {
+    // Before any message of its kind arrived. A block range is a round trip: 5x the floor. A
+    // whole chunk's time depends on the link and how many share it, unknown yet: on a cold start
+    // every stream opens at once and the first chunks are slow by nature, not stuck, so a hedge
+    // would only send them twice. None until one chunk has shown the usual time.
+    return range ? 5 * floor : std::chrono::nanoseconds::max();
+  }
   return std::max(floor, std::chrono::nanoseconds(4 * usual));
 }
 
@@ -564,8 +569,11 @@ void GrpcSource::HedgeLoop() {
       t->hedge = h;
       hedges_.fetch_add(1);
       if (t->block_count > 0) range_hedges_.fetch_add(1);
-      SC_LOG_RATE_LIMITED(spdlog::level::debug, "{}: hedging chunks [{}, {}) of shard {} of '{}' (no message for {} ms)",
-                          Where(), t->first, t->end, t->shard, t->dataset->name, (now - heard) / 1000000);
+      SC_LOG_RATE_LIMITED(spdlog::level::debug,
+                          "{}: hedging {} [{}, {}) of shard {} of '{}' (no message for {} ms; usual {} ms; {} streams)",
+                          Where(), t->block_count > 0 ? "the block range of chunk" : "chunks", t->first, t->end,
+                          t->shard, t->dataset->name, (now - heard) / 1000000,
+                          (t->block_count > 0 ? range_message_ns_ : chunk_message_ns_).load() / 1000000, running_);
       demand_.push_front(std::move(h));  // on another slot: the stuck one stays busy
       SpawnWorkers();
       cv_.NotifyAll();
@@ -834,15 +842,16 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
                            (p.last.ok() ? std::string() : "; last error: " + p.last.ToString())));
       return;
     }
-    // During an outage an attempt ends when the outage has lasted outage_timeout; one that
-    // starts after that is not made.
-    const auto give_up_at = health_.GiveUpAt();
-    if (now >= give_up_at) {
+    // During an outage an attempt that starts after it has lasted outage_timeout is not made;
+    // one that runs then is ended by ProbeLoop. Not by its own deadline: an attempt made while
+    // the upstream was silent (a member still starting) must not be cut at that bound once the
+    // upstream answers again, only because its first message is slow.
+    if (now >= health_.GiveUpAt()) {
       FailRest(task, p, health_.OutageError());
       return;
     }
     grpc::ClientContext ctx;
-    ctx.set_deadline(ToSystem(std::min({task.deadline, now + options_.call_timeout, give_up_at})));
+    ctx.set_deadline(ToSystem(std::min(task.deadline, now + options_.call_timeout)));
     AddAuth(&ctx);
     {
       MutexLock lock(&task.ctx_mu);
@@ -955,8 +964,10 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   a.progressed = true;
   auto& average = range ? range_message_ns_ : chunk_message_ns_;
   const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(a.chunk_time).count();
+  // Up fast (more streams now share the link, each message takes longer: not a reason to
+  // hedge), down slowly.
   const int64_t before = average.load();
-  average.store(before == 0 ? took : before + (took - before) / 8);
+  average.store(before == 0 ? took : before + (took - before) / (took > before ? 2 : 8));
   // A range's time on its stream is mostly one round trip: reported as a chunk's, it would make
   // the controller judge its raises before any whole chunk could show their effect.
   if (range) {

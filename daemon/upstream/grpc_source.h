@@ -22,7 +22,9 @@
 //     a few block ranges) never wait behind prefetch streams that hold every slot for whole
 //     chunks.
 //   * Hedging: a demand fetch (a batch's own read) that has had no message for 4x the usual
-//     time of one message of its kind (block range or whole chunk; at least 200 ms / 1 s) is
+//     time of one message of its kind (block range or whole chunk; at least 200 ms / 1 s; the
+//     usual time follows a slower link at once and a faster one gradually; no whole chunk is
+//     hedged before one has arrived: on a cold start they are all slow, none stuck) is
 //     re-issued once on another stream (another connection), unless the upstream is down. Both share the chunks' leaders
 //     (ChunkLeaders): the first verified copy of each chunk is published, the other dropped,
 //     and whichever finishes first ends the other. A stalled connection then costs a batch a

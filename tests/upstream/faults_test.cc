@@ -157,3 +157,37 @@ TEST_CASE("a link down for longer than outage_timeout ends reads with Unavailabl
   REQUIRE(again.ok());
   CHECK(*again == FileBytes(w.Shard(1), 0, 8 << 20));
 }
+
+TEST_CASE("a read begun while the upstream was silent is not cut at the outage bound once it answers",
+          "[faults][outage]") {
+  // A peer group member that starts a moment after the others, or an origin back from a restart:
+  // reads made during the silence used to carry its end (outage start + outage_timeout) as their
+  // gRPC deadline, so a slow first message (a member fetching the chunk over a long link) was
+  // cut there and sent again although the upstream had long answered.
+  const int port = FreePort();
+  upstream::GrpcSourceOptions co;
+  co.target = "127.0.0.1:" + std::to_string(port);
+  co.outage_timeout = std::chrono::milliseconds(1500);
+  co.backoff_initial = std::chrono::milliseconds(10);
+  auto created = upstream::GrpcSource::Create(co);
+  REQUIRE(created.ok());
+  auto& client = *created;
+  // Nothing listens yet: the first probe fails and the outage starts.
+  REQUIRE(Eventually([&] { return !client->health().last_error.empty(); }, std::chrono::seconds(5)));
+  serve::ServerOptions so;
+  so.listen = co.target;
+  OriginFixture o(so, /*faulty=*/true);
+  o.faults->delay_ms = 2000;  // each chunk's message comes 2 s after it is asked for: past the bound
+  auto d = o.files->OpenDataset("recs");  // the manifest as the origin has it; no call to the upstream
+  REQUIRE(d.ok());
+  std::string got;
+  const Status s = client->ReadChunks(*d, 0, 0, 1, Within(std::chrono::seconds(20)), [&](uint64_t, const ChunkPtr& c) {
+    got += ChunkBytes(c);
+    return Status::Ok();
+  });
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  CHECK(got == FileBytes(o.ShardPath(0), 0, OriginFixture::kChunk));
+  CHECK(client->stats().retries == 0);  // old code: cut at the bound, then fetched again
+  CHECK(client->health().up);
+}
