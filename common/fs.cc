@@ -80,6 +80,19 @@ Status WriteFileAtomic(const std::string& path, const std::string& data) {
   return Status::Ok();
 }
 
+Status RemoveTree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) return ErrnoStatus(ec.value(), "remove " + path);
+  return Status::Ok();
+}
+
+Status FsyncDir(const std::string& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid() || ::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync " + dir);
+  return Status::Ok();
+}
+
 Status MakeDirs(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);

@@ -49,6 +49,10 @@ Status WriteFileAtomic(const std::string& path, const std::string& data);
 
 // mkdir -p.
 Status MakeDirs(const std::string& path);
+// rm -rf (a path that does not exist is fine).
+Status RemoveTree(const std::string& path);
+// fsync of a directory: makes the names created or renamed in it durable.
+Status FsyncDir(const std::string& dir);
 
 // The mount point of the file system holding `path` (an existing path; symlinks resolved), from
 // /proc/self/mountinfo: "/" for a directory on the root file system, `path` itself when a file

@@ -186,6 +186,42 @@ std::optional<std::vector<std::string>> ReadAddressList(const toml::node& n, con
   return out;
 }
 
+// An array of "PREFIX=TOKEN_FILE" (checkpoints.writers).
+std::optional<std::vector<Config::Checkpoints::Writer>> ReadCheckpointWriters(const toml::node& n,
+                                                                              const std::string& key, Problems& p) {
+  const toml::array* a = n.as_array();
+  if (a == nullptr) {
+    p.Add(key, "expected an array of \"PREFIX=TOKEN_FILE\" strings, got " + TypeName(n), &n);
+    return std::nullopt;
+  }
+  std::vector<Config::Checkpoints::Writer> out;
+  bool ok = true;
+  for (size_t i = 0; i < a->size(); ++i) {
+    const std::string item_key = key + "[" + std::to_string(i) + "]";
+    auto v = ReadString(*a->get(i), item_key, p);
+    if (!v) {
+      ok = false;
+      continue;
+    }
+    const size_t eq = v->find('=');
+    Config::Checkpoints::Writer w;
+    if (eq != std::string::npos) {
+      w.prefix = v->substr(0, eq);
+      w.token_file = v->substr(eq + 1);
+    }
+    if (eq == std::string::npos || w.prefix.empty() || w.prefix.back() != '/' || w.prefix[0] == '/' ||
+        w.token_file.empty() || w.token_file[0] != '/') {
+      p.Add(item_key, Quote(*v) + " is not PREFIX=TOKEN_FILE (a relative prefix ending in '/', an absolute file), "
+                      "e.g. \"run7/=/etc/shardcache/run7.token\"", a->get(i));
+      ok = false;
+      continue;
+    }
+    out.push_back(std::move(w));
+  }
+  if (!ok) return std::nullopt;
+  return out;
+}
+
 // An array of group names, as /etc/group spells them.
 std::optional<std::vector<std::string>> ReadGroupNames(const toml::node& n, const std::string& key, Problems& p) {
   const toml::array* a = n.as_array();
@@ -422,6 +458,37 @@ const std::vector<KeySpec>& Specs() {
           if (auto d = ReadDuration(n, k, p)) c.peers.timeout = *d;
         },
         SC_SAME(peers.timeout));
+    add("checkpoints.root", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadString(n, k, p)) {
+            if (!v->empty() && (*v)[0] != '/') p.Add(k, Quote(*v) + " must be an absolute path", &n);
+            else c.checkpoints.root = *v;
+          }
+        },
+        SC_SAME(checkpoints.root));
+    add("checkpoints.writers", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadCheckpointWriters(n, k, p)) c.checkpoints.writers = *v;
+        },
+        SC_SAME(checkpoints.writers));
+    add("checkpoints.dir", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadString(n, k, p)) {
+            if (!v->empty() && (*v)[0] != '/') p.Add(k, Quote(*v) + " must be an absolute path", &n);
+            else c.checkpoints.dir = *v;
+          }
+        },
+        SC_SAME(checkpoints.dir));
+    add("checkpoints.upload_bandwidth", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadSize(n, k, p)) c.checkpoints.upload_bandwidth_bytes_per_s = *v;
+        },
+        SC_SAME(checkpoints.upload_bandwidth_bytes_per_s));
+    add("checkpoints.keep_local", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadCount(n, k, p, 0, 1000000)) c.checkpoints.keep_local = *v;
+        },
+        SC_SAME(checkpoints.keep_local));
     add("log.level", true,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadString(n, k, p)) {
@@ -558,6 +625,22 @@ void CheckTogether(Config& c, bool upstream_seen, ReferencedFiles files, Problem
   }
   if (c.auth.token.find_first_of("\r\n") != std::string::npos) {
     p.Add("auth.token", "must be a single line");
+  }
+  if (!c.checkpoints.writers.empty() && c.checkpoints.root.empty()) {
+    p.Add("checkpoints.writers", "needs checkpoints.root (where the writers' objects are committed)");
+  }
+  for (size_t i = 0; i < c.checkpoints.writers.size() && files == ReferencedFiles::kRead; ++i) {
+    auto& w = c.checkpoints.writers[i];
+    const std::string key = "checkpoints.writers[" + std::to_string(i) + "]";
+    auto r = ReadFileToString(w.token_file);
+    if (!r.ok()) {
+      p.Add(key, r.status().message());
+      continue;
+    }
+    w.token = TrimRight(*r);
+    if (w.token.empty() || w.token.find_first_of("\r\n") != std::string::npos) {
+      p.Add(key, Quote(w.token_file) + " must hold one non-empty line (the writer's token)");
+    }
   }
 }
 

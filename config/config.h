@@ -97,6 +97,23 @@ struct Config {
     bool operator==(const Auth&) const = default;
   } auth;
 
+  // [checkpoints]: the write path (daemon/checkpoint/). A daemon that receives uploads sets
+  // `root` and `writers`; a node daemon stages trainers' checkpoints in `dir` and uploads them.
+  struct Checkpoints {
+    struct Writer {
+      std::string prefix;      // names this token may write: "run7/" (a '/'-ended prefix)
+      std::string token_file;  // file holding the writer's bearer token
+      std::string token;       // read from token_file at load
+      bool operator==(const Writer&) const = default;
+    };
+    std::string root;              // receiving end: directory objects are committed under; "" = no writes
+    std::vector<Writer> writers;   // "PREFIX=TOKEN_FILE" each
+    std::string dir;               // node: local staging; "" = <cache.dir>/checkpoints
+    uint64_t upload_bandwidth_bytes_per_s = 0;  // node: cap on upload bytes/s; 0 = none
+    uint32_t keep_local = 2;       // node: uploaded checkpoints kept locally per prefix
+    bool operator==(const Checkpoints&) const = default;
+  } checkpoints;
+
   struct Log {
     std::string level = "info";  // trace|debug|info|warn|error|critical|off
     bool operator==(const Log&) const = default;

@@ -79,6 +79,13 @@ serve::ServerOptions OriginServerOptionsFor(const config::Config& c) {
   return o;
 }
 
+serve::OriginServiceOptions OriginServiceOptionsFor(const config::Config& c) {
+  serve::OriginServiceOptions o;
+  o.checkpoints.root = c.checkpoints.root;
+  for (const auto& w : c.checkpoints.writers) o.checkpoints.writers.push_back({w.prefix, w.token});
+  return o;
+}
+
 admin::AdminOptions AdminOptionsFor(const config::Config& c) {
   admin::AdminOptions o;
   o.listen = c.listen.metrics;

@@ -12,6 +12,7 @@
 #include "daemon/admin/admin_server.h"
 #include "daemon/serve/grpc_server.h"
 #include "daemon/serve/local_service.h"
+#include "daemon/serve/origin_service.h"
 #include "daemon/upstream/grpc_source_options.h"
 #include "daemon/upstream/peer_group.h"
 #include "daemon/upstream/upstream_uri.h"
@@ -35,6 +36,8 @@ serve::LocalServiceOptions LocalServiceOptionsFor(const config::Config& c);
 uint64_t LoaderLookahead(const config::Config& c);
 
 serve::ServerOptions OriginServerOptionsFor(const config::Config& c);
+// The Origin service's own options: [checkpoints] root and writers (the receiving end).
+serve::OriginServiceOptions OriginServiceOptionsFor(const config::Config& c);
 
 // Without handlers (the daemon binds them to itself).
 admin::AdminOptions AdminOptionsFor(const config::Config& c);

@@ -4,6 +4,7 @@
 
 #include <future>
 
+#include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -13,6 +14,7 @@
 #include "common/version.h"
 #include "daemon/admin/admin_server.h"
 #include "daemon/cache/cached_source.h"
+#include "daemon/checkpoint/checkpoint_stage.h"
 #include "daemon/component_options.h"
 #include "daemon/serve/grpc_server.h"
 #include "daemon/serve/local_service.h"
@@ -32,6 +34,7 @@ struct Daemon::Parts {
   // The source downstream services read from: the cache tier when there is one, else upstream.
   ChunkSource* serving = nullptr;
   std::unique_ptr<serve::OriginServer> origin;
+  std::unique_ptr<checkpoint::CheckpointStage> checkpoints;  // outlives `local`, which hands it requests
   std::unique_ptr<serve::LocalService> local;
 };
 
@@ -109,16 +112,48 @@ Status Daemon::BuildCache(const std::function<void(const std::string&)>& progres
 Status Daemon::StartOrigin() {
   if (config_.listen.origin.empty()) return Status::Ok();
   const serve::ServerOptions o = OriginServerOptionsFor(config_);
-  auto server = serve::StartOriginServer(*parts_->serving, o);
+  auto server = serve::StartOriginServer(*parts_->serving, o, OriginServiceOptionsFor(config_));
   if (!server.ok()) return server.status().WithContext("listen.origin " + o.listen);
   parts_->origin = std::move(*server);
   spdlog::info("Origin service on {}{}{}", o.listen, parts_->origin->server->tls() ? " (TLS)" : "",
                o.token.empty() ? "" : " with bearer token");
+  if (!config_.checkpoints.root.empty()) {
+    spdlog::info("checkpoint uploads committed under {} ({} writers)", config_.checkpoints.root,
+                 config_.checkpoints.writers.size());
+  }
+  return Status::Ok();
+}
+
+Status Daemon::BuildCheckpoints() {
+  checkpoint::CheckpointStageOptions o;
+  o.dir = !config_.checkpoints.dir.empty() ? config_.checkpoints.dir
+          : config_.cache.dir.empty()      ? std::string()
+                                           : config_.cache.dir + "/checkpoints";
+  if (o.dir.empty()) return Status::Ok();
+  o.keep_local = config_.checkpoints.keep_local;
+  std::unique_ptr<checkpoint::CheckpointTransfer> transfer;
+  std::string why_not = "upstream " + config_.upstream + " takes no checkpoint uploads (only a grpc:// or grpcs:// upstream does)";
+  if (parts_->grpc != nullptr) {
+    checkpoint::CheckpointTransferOptions t;
+    t.bandwidth_bytes_per_s = config_.checkpoints.upload_bandwidth_bytes_per_s;
+    t.call_timeout = config_.fetch.timeout;
+    upstream::GrpcSource* grpc = parts_->grpc;
+    checkpoint::UpstreamCalls calls;
+    calls.stub = [grpc](int i) { return v1::Origin::NewStub(grpc->NewCallChannel(i)); };
+    calls.add_auth = [grpc](grpc::ClientContext* ctx) { grpc->AddAuth(ctx); };
+    calls.where = grpc->Where();
+    transfer = std::make_unique<checkpoint::CheckpointTransfer>(t, std::move(calls));
+    why_not.clear();
+  }
+  auto stage = checkpoint::CheckpointStage::Open(o, std::move(transfer), why_not);
+  if (!stage.ok()) return stage.status().WithContext("checkpoints (dir " + o.dir + ")");
+  parts_->checkpoints = std::move(*stage);
   return Status::Ok();
 }
 
 Status Daemon::StartLocal() {
   if (config_.listen.socket.empty()) return Status::Ok();
+  SC_RETURN_IF_ERROR(BuildCheckpoints());
   serve::LocalServiceOptions o = LocalServiceOptionsFor(config_);
   if (o.prefetch_lookahead_bytes < config_.fetch.prefetch_bytes) {
     spdlog::info("prefetch lookahead {} per loader (fetch.prefetch {} is more than an eighth of the cache)",
@@ -134,6 +169,7 @@ Status Daemon::StartLocal() {
       cache->SetFutureAccessOrder(dataset->version, cache->access_plan().Now(dataset->version), refs);
     };
   }
+  o.checkpoints = parts_->checkpoints.get();
   parts_->local = std::make_unique<serve::LocalService>(*parts_->serving, std::move(o));
   return parts_->local->Start().WithContext("listen.socket");
 }
@@ -190,6 +226,7 @@ void Daemon::Stop() {
     parts_->local->Stop();
     parts_->local.reset();
   }
+  parts_->checkpoints.reset();  // stops its upload (resumed from the journal at the next start)
   if (parts_->origin) {
     parts_->origin->server->Shutdown();
     parts_->origin.reset();

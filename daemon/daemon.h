@@ -88,6 +88,9 @@ class Daemon {
   Status BuildPeerGroup();
   Status BuildCache(const std::function<void(const std::string&)>& progress);
   Status StartOrigin();
+  // The node side of checkpoint write-behind, when there is a staging dir (checkpoints.dir or
+  // cache.dir); uploads go to a grpc upstream.
+  Status BuildCheckpoints();
   Status StartLocal();
   Result<std::vector<v1::DatasetSummary>> ListDatasetsBounded() const;
 

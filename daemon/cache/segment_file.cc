@@ -58,8 +58,7 @@ Result<std::shared_ptr<SegmentFile>> SegmentFile::Create(const std::string& dir,
     return ErrnoStatus(rc, "preallocating " + std::to_string(bytes) + " bytes for " + path);
   }
   // The name must be durable before any index entry that points into the file is committed.
-  UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dirfd.valid() && ::fsync(dirfd.get()) != 0) return ErrnoStatus(errno, "fsync " + dir);
+  SC_RETURN_IF_ERROR(FsyncDir(dir));
   return std::shared_ptr<SegmentFile>(new SegmentFile(id, path, std::move(opened.first), bytes, opened.second));
 }
 

@@ -210,6 +210,7 @@ void LocalService::Admit(UniqueFd fd, const PeerCredentials& peer) {
   services.source = &source_;
   services.stats_json = [this] { return StatsJson(); };
   services.retire = [this](RetiredSession r) { Retire(std::move(r)); };
+  services.checkpoints = options_.checkpoints;
   const LocalSessionOptions so{options_.arena_bytes, options_.slot_count, options_.next_timeout_ms};
   connections_.push_back(std::make_unique<LocalSession>(std::move(fd), peer, so, std::move(services)));
   ConnectionsGauge()->Set(static_cast<double>(connections_.size()));

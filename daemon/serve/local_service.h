@@ -114,6 +114,9 @@ struct LocalServiceOptions {
   // Warm jobs running at the same time (over all datasets); a request beyond gets
   // ResourceExhausted. Default: 2.
   uint32_t max_warm_jobs = 2;
+  // Checkpoint staging for CheckpointOpen & co (daemon/checkpoint/checkpoint_stage.h); null:
+  // those requests are refused. Outlives the service.
+  checkpoint::CheckpointStage* checkpoints = nullptr;
   // Range size, parallelism and per-range deadline of each warm job (warm_job.h).
   WarmJobOptions warm;
 };

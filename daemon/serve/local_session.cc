@@ -41,6 +41,7 @@ void SetLocalError(v1::LocalResponse* r, const Status& s) {
 LocalSession::LocalSession(UniqueFd fd, const PeerCredentials& peer, const LocalSessionOptions& options,
                            SessionServices services)
     : fd_(std::move(fd)),
+      checkpoints_(services.checkpoints),
       who_("pid " + std::to_string(peer.pid) + " uid " + std::to_string(peer.uid)),
       options_(options),
       services_(std::move(services)) {}
@@ -95,7 +96,9 @@ void LocalSession::Serve() {
     const Reply reply = Handle(req, &resp, &pass_fd);
     if (reply == Reply::kClose) break;
     if (reply == Reply::kNone) continue;
-    if (!SendLocalResponse(fd, resp, pass_fd).ok()) break;
+    const Status sent = SendLocalResponse(fd, resp, pass_fd);
+    passing_.Reset();
+    if (!sent.ok()) break;
   }
   Disconnected();
   spdlog::debug("local client disconnected: {}", who_);
@@ -141,6 +144,20 @@ LocalSession::Reply LocalSession::Handle(const v1::LocalRequest& req, v1::LocalR
       break;
     case v1::LocalRequest::kWarmStatus:
       s = services_.warm_jobs->Progress(req.warm_status().warm_id(), resp->mutable_warm_status());
+      break;
+    case v1::LocalRequest::kCheckpointOpen:
+      s = checkpoints_.Open(req.checkpoint_open(), resp->mutable_checkpoint_open(), &passing_);
+      *pass_fd = passing_.get();
+      break;
+    case v1::LocalRequest::kCheckpointCommit:
+      s = checkpoints_.Commit(req.checkpoint_commit(), resp->mutable_checkpoint_commit());
+      break;
+    case v1::LocalRequest::kCheckpointStatus:
+      s = checkpoints_.List(req.checkpoint_status(), resp->mutable_checkpoint_status());
+      break;
+    case v1::LocalRequest::kCheckpointRead:
+      s = checkpoints_.Read(req.checkpoint_read(), resp->mutable_checkpoint_read(), &passing_);
+      *pass_fd = passing_.get();
       break;
     default:
       SC_LOG_RATE_LIMITED(spdlog::level::warn, "local client {} sent an unknown request; closing", who_);

@@ -36,6 +36,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/serve/arena.h"
+#include "daemon/serve/local_checkpoints.h"
 #include "daemon/serve/loader_factory.h"
 #include "daemon/serve/loader_pipeline.h"
 #include "daemon/serve/peer_access.h"
@@ -86,6 +87,7 @@ struct SessionServices {
   ChunkSource* source = nullptr;  // opens the dataset a WarmDataset names
   std::function<std::string()> stats_json;      // the answer to a Stats request
   std::function<void(RetiredSession)> retire;  // takes the loaders and arena of a gone client
+  checkpoint::CheckpointStage* checkpoints = nullptr;  // null: no checkpoint staging
 };
 
 class LocalSession {
@@ -133,6 +135,8 @@ class LocalSession {
   void Disconnected();
 
   UniqueFd fd_;  // closed under mu_ (see Shutdown)
+  LocalCheckpoints checkpoints_;
+  UniqueFd passing_;  // a descriptor passed with the answer being sent (closed after it)
   const std::string who_;  // "pid P uid U", for log lines
   const LocalSessionOptions options_;
   const SessionServices services_;

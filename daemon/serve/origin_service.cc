@@ -55,6 +55,24 @@ void CountBytes(uint64_t raw, uint64_t wire) {
   if (w > 0) M().ratio->Set(static_cast<double>(M().payload_bytes->Value()) / w);
 }
 
+// The token of an "authorization: Bearer <token>" header; "" when there is none.
+std::string BearerToken(const grpc::ServerContextBase& ctx) {
+  constexpr std::string_view kScheme = "Bearer ";
+  const auto& md = ctx.client_metadata();
+  const auto it = md.find("authorization");
+  if (it == md.end()) return "";
+  const std::string_view value(it->second.data(), it->second.size());
+  if (!value.starts_with(kScheme)) return "";
+  return std::string(value.substr(kScheme.size()));
+}
+
+// Moves a call's result into its response message.
+template <class T>
+Status Deliver(Result<T> r, T* resp) {
+  if (r.ok()) *resp = std::move(*r);
+  return r.status();
+}
+
 Clock::time_point DeadlineOf(const grpc::CallbackServerContext& ctx, std::chrono::seconds max) {
   const auto sys_now = std::chrono::system_clock::now();
   const auto now = Clock::now();
@@ -71,10 +89,11 @@ grpc::Status ToGrpcStatus(const Status& s) {
 }
 
 OriginService::OriginService(ChunkSource& source, OriginServiceOptions options)
-    : source_(source), options_(std::move(options)), auth_(options_.token) {
+    : source_(source), options_(std::move(options)), auth_(options_.token), store_(options_.checkpoints) {
   // Every family exists, at zero, from the start; requests_total with one series per method.
   M();
-  for (const char* method : {"ListDatasets", "GetManifest", "GetSampleIndex", "ReadChunks"}) {
+  for (const char* method : {"ListDatasets", "GetManifest", "GetSampleIndex", "ReadChunks", "BeginUpload", "PutPart",
+                             "CommitUpload", "StatObject", "ReadPart"}) {
     RequestCounter(method, grpc::StatusCode::OK);
   }
 }
@@ -86,6 +105,10 @@ OriginService::~OriginService() {
 
 grpc::Status OriginService::Admit(const grpc::CallbackServerContext& ctx, std::string* client) {
   if (grpc::Status a = auth_.Check(ctx); !a.ok()) return a;
+  return TakePlace(ctx, client);
+}
+
+grpc::Status OriginService::TakePlace(const grpc::CallbackServerContext& ctx, std::string* client) {
   // The client's address without its port: "ipv4:10.0.0.7:51234" -> "ipv4:10.0.0.7".
   *client = ctx.peer();
   if (const size_t colon = client->rfind(':'); colon != std::string::npos && colon > client->find(':')) {
@@ -437,6 +460,61 @@ grpc::ServerWriteReactor<v1::ChunkMessage>* OriginService::ReadChunks(grpc::Call
   }
   stream->Start(std::move(client));
   return stream;
+}
+
+grpc::ServerUnaryReactor* OriginService::CheckpointCall(const char* method, grpc::CallbackServerContext* ctx,
+                                                        const std::string& name, std::function<Status()> work) {
+  auto* reactor = ctx->DefaultReactor();
+  std::string client;
+  grpc::Status s = ToGrpcStatus(store_.Authorize(BearerToken(*ctx), name));
+  if (s.ok()) s = TakePlace(*ctx, &client);
+  if (!s.ok()) {
+    CountRequest(method, s);
+    reactor->Finish(s);
+    return reactor;
+  }
+  // Disk writes, fsyncs and whole-object reads: never on gRPC's threads.
+  Spawn(std::move(client), [reactor, method, work = std::move(work)] {
+    const Status st = work();
+    if (!st.ok() && st.code() != StatusCode::kNotFound) {
+      SC_LOG_RATE_LIMITED(spdlog::level::info, "{}: {}", method, st.ToString());
+    }
+    grpc::Status s = ToGrpcStatus(st);
+    CountRequest(method, s);
+    reactor->Finish(s);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* OriginService::BeginUpload(grpc::CallbackServerContext* ctx, const v1::UploadHeader* req,
+                                                     v1::UploadState* resp) {
+  return CheckpointCall("BeginUpload", ctx, req->name(), [this, req, resp] {
+    return Deliver(store_.BeginUpload(*req), resp);
+  });
+}
+
+grpc::ServerUnaryReactor* OriginService::PutPart(grpc::CallbackServerContext* ctx, const v1::PutPartRequest* req,
+                                                 v1::UploadState* resp) {
+  return CheckpointCall("PutPart", ctx, req->name(), [this, req, resp] { return Deliver(store_.PutPart(*req), resp); });
+}
+
+grpc::ServerUnaryReactor* OriginService::CommitUpload(grpc::CallbackServerContext* ctx,
+                                                      const v1::CommitUploadRequest* req, v1::UploadState* resp) {
+  return CheckpointCall("CommitUpload", ctx, req->name(), [this, req, resp] {
+    return Deliver(store_.CommitUpload(*req), resp);
+  });
+}
+
+grpc::ServerUnaryReactor* OriginService::StatObject(grpc::CallbackServerContext* ctx,
+                                                    const v1::StatObjectRequest* req, v1::ObjectInfo* resp) {
+  return CheckpointCall("StatObject", ctx, req->name(), [this, req, resp] {
+    return Deliver(store_.StatObject(*req), resp);
+  });
+}
+
+grpc::ServerUnaryReactor* OriginService::ReadPart(grpc::CallbackServerContext* ctx, const v1::ReadPartRequest* req,
+                                                  v1::ObjectPart* resp) {
+  return CheckpointCall("ReadPart", ctx, req->name(), [this, req, resp] { return Deliver(store_.ReadPart(*req), resp); });
 }
 
 Result<std::unique_ptr<OriginServer>> StartOriginServer(ChunkSource& source, const ServerOptions& options,

@@ -25,6 +25,13 @@
 // call ends, freed heap memory goes back to the kernel (malloc_trim): a burst of streams does
 // not leave its buffers in the process for good.
 //
+// Checkpoints (origin.proto version 3): BeginUpload, PutPart, CommitUpload, StatObject and
+// ReadPart map onto an ObjectStore (daemon/checkpoint/object_store.h) over `checkpoints`. They
+// do not take the dataset token: the call's bearer token must be that of a writer whose prefix
+// starts the object's name (reading an object back too), checked by ObjectStore::Authorize
+// before the call takes a place among those running. Without checkpoints.root every one is
+// FAILED_PRECONDITION.
+//
 // Metrics (metrics::Registry::Global()): shardcache_origin_requests_total{method,code},
 // shardcache_origin_chunks_total, shardcache_origin_payload_bytes_total (raw chunk bytes),
 // shardcache_origin_wire_bytes_total (payload bytes as sent), shardcache_origin_compression_ratio.
@@ -34,11 +41,13 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "common/mutex.h"
+#include "daemon/checkpoint/object_store.h"
 #include "daemon/serve/grpc_server.h"
 #include "daemon/serve/served_versions.h"
 #include "daemon/source/chunk_source.h"
@@ -63,6 +72,9 @@ struct OriginServiceOptions {
   // Encoded messages queued ahead of the network over all streams, beyond the first of each.
   // Default: 256 MiB.
   uint64_t max_queued_bytes = 256ull << 20;
+  // Where checkpoint uploads are committed and who may write them. Default: no root, no
+  // writers (checkpoint calls are FAILED_PRECONDITION).
+  checkpoint::ObjectStoreOptions checkpoints;
 };
 
 class OriginService final : public v1::Origin::CallbackService {
@@ -83,6 +95,17 @@ class OriginService final : public v1::Origin::CallbackService {
   grpc::ServerWriteReactor<v1::ChunkMessage>* ReadChunks(grpc::CallbackServerContext* ctx,
                                                          const v1::ReadChunksRequest* req) override;
 
+  grpc::ServerUnaryReactor* BeginUpload(grpc::CallbackServerContext* ctx, const v1::UploadHeader* req,
+                                        v1::UploadState* resp) override;
+  grpc::ServerUnaryReactor* PutPart(grpc::CallbackServerContext* ctx, const v1::PutPartRequest* req,
+                                    v1::UploadState* resp) override;
+  grpc::ServerUnaryReactor* CommitUpload(grpc::CallbackServerContext* ctx, const v1::CommitUploadRequest* req,
+                                         v1::UploadState* resp) override;
+  grpc::ServerUnaryReactor* StatObject(grpc::CallbackServerContext* ctx, const v1::StatObjectRequest* req,
+                                       v1::ObjectInfo* resp) override;
+  grpc::ServerUnaryReactor* ReadPart(grpc::CallbackServerContext* ctx, const v1::ReadPartRequest* req,
+                                     v1::ObjectPart* resp) override;
+
   // Calls admitted and not yet ended.
   uint32_t calls_running();
 
@@ -91,6 +114,12 @@ class OriginService final : public v1::Origin::CallbackService {
   // Authenticates the call and takes a place for it among those running (see Limits above);
   // *client gets the key its place is counted under.
   grpc::Status Admit(const grpc::CallbackServerContext& ctx, std::string* client);
+  // Admit without the token check, for calls authorized otherwise (checkpoints).
+  grpc::Status TakePlace(const grpc::CallbackServerContext& ctx, std::string* client);
+  // One checkpoint call on object `name`: authorizes the writer's token, takes a place, and
+  // runs `work` on a thread of its own; its Status finishes the call.
+  grpc::ServerUnaryReactor* CheckpointCall(const char* method, grpc::CallbackServerContext* ctx,
+                                           const std::string& name, std::function<Status()> work);
   // Runs `fn` on a new thread, counted so the destructor can wait for it, and gives the
   // admitted call's place back when it ends.
   void Spawn(std::string client, std::function<void()> fn);
@@ -104,6 +133,7 @@ class OriginService final : public v1::Origin::CallbackService {
   const OriginServiceOptions options_;
   const BearerTokenCheck auth_;
   ServedVersions versions_;
+  checkpoint::ObjectStore store_;
   Mutex mu_;
   CondVar cv_;
   int threads_ GUARDED_BY(mu_) = 0;

@@ -21,6 +21,13 @@ ChunkEncoder::~ChunkEncoder() { ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(cctx_)); }
 void ChunkEncoder::Encode(const uint8_t* data, size_t size, bool allow_zstd,
                           v1::ChunkMessage* msg) {
   msg->set_raw_bytes(size);
+  v1::Codec codec = v1::RAW;
+  Encode(data, size, allow_zstd, &codec, msg->mutable_payload());
+  msg->set_codec(codec);
+}
+
+void ChunkEncoder::Encode(const uint8_t* data, size_t size, bool allow_zstd, v1::Codec* codec,
+                          std::string* payload) {
   bool try_zstd = allow_zstd && size >= options_.min_bytes;
   if (try_zstd && skip_remaining_ > 0) {
     --skip_remaining_;
@@ -31,20 +38,19 @@ void ChunkEncoder::Encode(const uint8_t* data, size_t size, bool allow_zstd,
     // Capacity just below the break-even size: zstd fails fast with dstSize_tooSmall when the
     // chunk does not shrink enough, so the miss costs no extra buffer.
     const size_t limit = static_cast<size_t>(static_cast<double>(size) * options_.max_ratio);
-    std::string* out = msg->mutable_payload();
-    out->resize(limit);
+    payload->resize(limit);
     auto* cctx = static_cast<ZSTD_CCtx*>(cctx_);
     ZSTD_CCtx_reset(cctx, ZSTD_reset_session_only);
-    const size_t n = ZSTD_compress2(cctx, out->data(), limit, data, size);
+    const size_t n = ZSTD_compress2(cctx, payload->data(), limit, data, size);
     if (!ZSTD_isError(n) && n < limit) {
-      out->resize(n);
-      msg->set_codec(v1::ZSTD);
+      payload->resize(n);
+      *codec = v1::ZSTD;
       return;
     }
     skip_remaining_ = options_.retry_every > 0 ? options_.retry_every - 1 : 0;
   }
-  msg->set_codec(v1::RAW);
-  msg->mutable_payload()->assign(reinterpret_cast<const char*>(data), size);
+  *codec = v1::RAW;
+  payload->assign(reinterpret_cast<const char*>(data), size);
 }
 
 ChunkDecoder::ChunkDecoder() : dctx_(ZSTD_createDCtx()) {
@@ -60,8 +66,12 @@ Status ChunkDecoder::Decode(const v1::ChunkMessage& msg, uint64_t expected_bytes
                     " raw bytes, the manifest says the chunk has " +
                     std::to_string(expected_bytes));
   }
-  const std::string& payload = msg.payload();
-  switch (msg.codec()) {
+  return Decode(msg.codec(), msg.payload(), expected_bytes, where, out);
+}
+
+Status ChunkDecoder::Decode(v1::Codec codec, const std::string& payload, uint64_t expected_bytes,
+                            const std::string& where, AlignedBuffer* out) {
+  switch (codec) {
     case v1::RAW: {
       if (payload.size() != expected_bytes) {
         return DataLoss(where + ": RAW payload has " + std::to_string(payload.size()) +
@@ -118,7 +128,7 @@ Status ChunkDecoder::Decode(const v1::ChunkMessage& msg, uint64_t expected_bytes
       return Status::Ok();
     }
     default:
-      return DataLoss(where + ": unknown codec " + std::to_string(static_cast<int>(msg.codec())));
+      return DataLoss(where + ": unknown codec " + std::to_string(static_cast<int>(codec)));
   }
 }
 

@@ -1,5 +1,6 @@
 // Chunk codec: how a chunk's bytes travel inside one Origin ChunkMessage — RAW, or one zstd
-// frame chosen per message when it pays.
+// frame chosen per message when it pays. Checkpoint parts (PutPart, ReadPart) travel the same
+// way, through the overloads that take a codec and payload instead of a ChunkMessage.
 //
 // Encoding is adaptive: every chunk is tried at zstd level 1 and sent RAW when the frame is
 // not smaller than ~97% of the input (JPEG, float noise, already-compressed data). A stream
@@ -47,6 +48,9 @@ class ChunkEncoder {
   // Sets msg's codec, raw_bytes and payload from `data`. `allow_zstd` false (a client that
   // does not accept zstd) always yields RAW.
   void Encode(const uint8_t* data, size_t size, bool allow_zstd, v1::ChunkMessage* msg);
+  // The same for bytes that travel outside a ChunkMessage (checkpoint parts): sets *codec and
+  // *payload; the raw length is the caller's to send.
+  void Encode(const uint8_t* data, size_t size, bool allow_zstd, v1::Codec* codec, std::string* payload);
 
   // Chunks sent without a compression attempt because of the incompressible streak (tests).
   uint64_t skipped_attempts() const { return skipped_attempts_; }
@@ -72,6 +76,11 @@ class ChunkDecoder {
   // when msg.raw_bytes != expected_bytes, the codec is unknown, the frame is malformed,
   // needs a larger window, or does not produce exactly expected_bytes.
   Status Decode(const v1::ChunkMessage& msg, uint64_t expected_bytes, const std::string& where,
+                AlignedBuffer* out);
+  // The same for a payload that travels outside a ChunkMessage (checkpoint parts), whose raw
+  // length the receiver knows from elsewhere: DataLoss, naming `where`, for an unknown codec,
+  // a malformed frame, or one that does not produce exactly expected_bytes.
+  Status Decode(v1::Codec codec, const std::string& payload, uint64_t expected_bytes, const std::string& where,
                 AlignedBuffer* out);
 
  private:

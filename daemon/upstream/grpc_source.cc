@@ -306,6 +306,10 @@ std::shared_ptr<grpc::Channel> GrpcSource::NewChannel(int index) const {
 
 std::string GrpcSource::Where() const { return "upstream " + options_.target; }
 
+std::shared_ptr<grpc::Channel> GrpcSource::NewCallChannel(int index) const {
+  return NewChannel(1000 + index);  // apart from the chunk slots' indexes
+}
+
 void GrpcSource::AddAuth(grpc::ClientContext* ctx) const {
   if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
 }

@@ -135,6 +135,14 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // Whether the upstream answers, and since when not (upstream_health.h).
   UpstreamHealth::Snapshot health() const { return health_.Get(); }
 
+  // A connection of its own to this upstream (same TLS and channel arguments), for calls that
+  // are not chunk reads — checkpoint uploads; `index` tells such connections apart.
+  std::shared_ptr<grpc::Channel> NewCallChannel(int index) const;
+  // Adds the bearer token (if any) to a call.
+  void AddAuth(grpc::ClientContext* ctx) const;
+  // "upstream host:port", for messages.
+  std::string Where() const;
+
   // Counters of this instance (the process-wide ones are in metrics::Registry::Global()).
   struct Stats {
     uint64_t wire_bytes = 0;         // payload bytes as received (compressed or raw)
@@ -217,7 +225,6 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // its stream asked for it (or after the chunk before it); wakes or starts workers when the
   // limit changed.
   void ObserveProgress(uint64_t chunk_bytes, std::chrono::nanoseconds chunk_time);
-  void AddAuth(grpc::ClientContext* ctx) const;
   // Sleeps until `t`; false when the source is shutting down.
   bool SleepUntil(std::chrono::steady_clock::time_point t);
   // GetManifest of `name`, remembered in manifests_; `stale` (the last one known, may be null)
@@ -226,7 +233,6 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // Runs a unary call on the control connection with a deadline of call_timeout and retries.
   template <typename Call>
   Status UnaryWithRetries(const std::string& what, Call&& call);
-  std::string Where() const;
 
   const GrpcSourceOptions options_;
   std::shared_ptr<grpc::ChannelCredentials> creds_;  // constant after construction

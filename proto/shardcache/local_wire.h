@@ -25,7 +25,7 @@ namespace shardcache::local_wire {
 
 // The version clients send in Hello (history in local.proto). The daemon accepts every version
 // from kMinProtocolVersion up to it and answers in the client's.
-inline constexpr uint32_t kProtocolVersion = 5;
+inline constexpr uint32_t kProtocolVersion = 6;
 inline constexpr uint32_t kMinProtocolVersion = 1;
 
 // Largest frame either side sends or accepts. A NextBatchResponse of 100k samples is ~3 MiB.

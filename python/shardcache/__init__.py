@@ -16,6 +16,12 @@ A loader iterates one epoch; `loader.set_epoch(e)` starts another. Errors raise
 when that module is used).
 """
 from ._shardcache import Batch, Client, Error, Loader, DEFAULT_SOCKET
+from . import _checkpoint
+
+# Checkpoints (write-behind through the node): client.checkpoint(name) is a file for torch.save,
+# client.wait_uploaded(name, timeout), client.checkpoints(), client.open_checkpoint(name).
+Client.checkpoint = _checkpoint.checkpoint
+Client.open_checkpoint = _checkpoint.open_checkpoint
 # GPU staging: shardcache.Stager(client, loader, depth=2, convert=...) yields DeviceBatch objects
 # whose tensors export to torch.from_dlpack as CUDA tensors ordered after the copy.
 from ._shardcache import DeviceBatch, DeviceTensor, Stager, cuda_available

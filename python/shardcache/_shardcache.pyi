@@ -170,6 +170,25 @@ class Client:
     def stats(self) -> str:
         """The daemon's serve statistics, one JSON object."""
 
+    def checkpoint(self, name: str) -> Any:
+        """A writable binary file for checkpoint `name` ("run7/step1000/rank3.pt") on the node's
+        disk, usable by torch.save. close() (or leaving `with` normally) fsyncs it and returns once
+        it is durable on the node; the daemon uploads it in the background. An exception in the
+        `with` block, or abort(), drops it. A full disk raises OSError (ENOSPC) in write/close."""
+
+    def open_checkpoint(self, name: str) -> Any:
+        """Checkpoint `name` opened for reading (binary, for torch.load): the node's copy, else
+        read from the upstream first (resume on another node)."""
+
+    def checkpoints(self, name: str = "") -> List[Dict[str, Any]]:
+        """States of the checkpoints saved through this node ("" = all): dicts with name, state
+        (local | uploading | remote | failed), size, uploaded_bytes, upload_bytes_per_s, eta_s,
+        local, error."""
+
+    def wait_uploaded(self, name: str, timeout: float = 3600.0) -> None:
+        """Waits until checkpoint `name` is committed upstream (verified); raises Error when its
+        upload failed for good (the reason) or `timeout` seconds pass (how far it got)."""
+
     @property
     def arena_bytes(self) -> int:
         """Size of this connection's shared-memory arena."""

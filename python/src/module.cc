@@ -444,6 +444,23 @@ PYBIND11_MODULE(_shardcache, m) {
                              "megatron: numpy dtype name of the tokens; '' otherwise")
       .def("close", &PyLoader::close);
 
+  py::class_<CheckpointWriter, std::shared_ptr<CheckpointWriter>>(m, "_CheckpointWriter")
+      .def("fileno", &CheckpointWriter::fd)
+      .def("commit",
+           [](CheckpointWriter& w) {
+             Result<uint64_t> size = Internal("");
+             {
+               py::gil_scoped_release nogil;
+               size = w.Close();
+             }
+             if (!size.ok()) Raise(size.status());
+             return *size;
+           })
+      .def("abort", [](CheckpointWriter& w) {
+        py::gil_scoped_release nogil;
+        w.Abort();
+      });
+
   py::class_<PyClient>(m, "Client")
       .def(py::init([](const std::string& path, uint32_t reconnect_timeout_ms) {
              Result<std::unique_ptr<Client>> c = Internal("");
@@ -496,6 +513,66 @@ PYBIND11_MODULE(_shardcache, m) {
              if (!s.ok()) Raise(s.status());
              return *s;
            })
+      .def("_checkpoint_open",
+           [](PyClient& c, const std::string& name) {
+             Result<std::unique_ptr<CheckpointWriter>> w = Internal("");
+             {
+               py::gil_scoped_release nogil;
+               w = c.client->Checkpoint(name);
+             }
+             if (!w.ok()) Raise(w.status());
+             return std::shared_ptr<CheckpointWriter>(std::move(*w));
+           },
+           py::arg("name"))
+      .def("_checkpoint_fd",
+           [](PyClient& c, const std::string& name) {
+             Result<int> fd = Internal("");
+             {
+               py::gil_scoped_release nogil;
+               fd = c.client->OpenCheckpoint(name);
+             }
+             if (!fd.ok()) Raise(fd.status());
+             return *fd;
+           },
+           py::arg("name"), "a read-only descriptor of checkpoint `name` (the caller closes it)")
+      .def("checkpoints",
+           [](PyClient& c, const std::string& name) {
+             Result<std::vector<CheckpointState>> r = Internal("");
+             {
+               py::gil_scoped_release nogil;
+               r = c.client->Checkpoints(name);
+             }
+             if (!r.ok()) Raise(r.status());
+             py::list out;
+             for (const CheckpointState& i : *r) {
+               py::dict d;
+               d["name"] = i.name;
+               d["state"] = i.state;
+               d["size"] = i.size;
+               d["uploaded_bytes"] = i.uploaded_bytes;
+               d["upload_bytes_per_s"] = i.upload_bytes_per_s;
+               d["eta_s"] = i.eta_s;
+               d["local"] = i.local;
+               d["error"] = i.error;
+               out.append(d);
+             }
+             return out;
+           },
+           py::arg("name") = "",
+           "states of the checkpoints saved through this node: dicts with name, state (local | uploading | "
+           "remote | failed), size, uploaded_bytes, upload_bytes_per_s, eta_s, local, error")
+      .def("wait_uploaded",
+           [](PyClient& c, const std::string& name, double timeout) {
+             Status s;
+             {
+               py::gil_scoped_release nogil;
+               s = c.client->WaitUploaded(name, static_cast<uint32_t>(std::max(0.0, timeout) * 1000));
+             }
+             if (!s.ok()) Raise(s);
+           },
+           py::arg("name"), py::arg("timeout") = 3600.0,
+           "waits until checkpoint `name` is committed upstream; raises Error when its upload failed or "
+           "`timeout` seconds pass")
       .def_property_readonly("arena_bytes", [](const PyClient& c) { return c.client->arena_bytes(); })
       .def_property_readonly("slot_count", [](const PyClient& c) { return c.client->slot_count(); })
       .def_property_readonly("slot_bytes", [](const PyClient& c) { return c.client->slot_bytes(); });

@@ -254,6 +254,47 @@ struct ClientOptions {
   uint32_t reconnect_timeout_ms = 60000;
 };
 
+// A checkpoint being saved through the node's daemon (write-behind): the bytes go straight to a
+// file on the node's disk through fd(); Close() fsyncs it and returns once the daemon has made
+// it durable under its name. The daemon uploads it in the background (Client::WaitUploaded).
+// A writer destroyed or aborted before Close() leaves nothing behind. Not thread-safe.
+class CheckpointWriter {
+ public:
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // The writable descriptor (owned by the writer; -1 once closed).
+  int fd() const { return fd_; }
+  // Appends; a full disk is ResourceExhausted naming the checkpoint.
+  Status Write(const void* data, size_t size);
+  // fsync, then the daemon commits it under its name and queues the upload. The size saved.
+  Result<uint64_t> Close();
+  // Drops what was written.
+  void Abort();
+
+ private:
+  friend class Client;
+  CheckpointWriter(std::shared_ptr<client_internal::Connection> conn, std::string name, uint64_t handle, int fd)
+      : conn_(std::move(conn)), name_(std::move(name)), handle_(handle), fd_(fd) {}
+  std::shared_ptr<client_internal::Connection> conn_;
+  std::string name_;
+  uint64_t handle_;
+  int fd_;
+};
+
+// One checkpoint as the daemon reports it.
+struct CheckpointState {
+  std::string name;
+  std::string state;  // local | uploading | remote | failed
+  uint64_t size = 0;
+  uint64_t uploaded_bytes = 0;
+  double upload_bytes_per_s = 0;
+  double eta_s = 0;
+  bool local = false;  // a copy is on the node
+  std::string error;
+};
+
 class Client {
  public:
   // Connects, checks the protocol version and maps the arena. PermissionDenied when the daemon
@@ -267,6 +308,17 @@ class Client {
   Result<std::unique_ptr<Loader>> OpenLoader(const LoaderOptions& options);
   // The daemon's serve statistics, one JSON object.
   Result<std::string> Stats();
+
+  // Starts saving checkpoint `name` ("run7/step1000/rank3.pt": relative, '/'-separated).
+  Result<std::unique_ptr<CheckpointWriter>> Checkpoint(const std::string& name);
+  // States of the checkpoints saved through this node ("" = all; NotFound for an unknown name).
+  Result<std::vector<CheckpointState>> Checkpoints(const std::string& name = "");
+  // Waits until `name` is committed upstream (OK), its upload failed for good (that error), or
+  // timeout_ms passes (DeadlineExceeded saying how far it got).
+  Status WaitUploaded(const std::string& name, uint32_t timeout_ms);
+  // A read-only descriptor of checkpoint `name` (the caller closes it): the node's copy, else
+  // read from the upstream first (resume on another node).
+  Result<int> OpenCheckpoint(const std::string& name);
 
   uint64_t arena_bytes() const;
   uint32_t slot_count() const;
