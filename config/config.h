@@ -110,7 +110,7 @@ struct Config {
     std::vector<Writer> writers;   // "PREFIX=TOKEN_FILE" each
     std::string dir;               // node: local staging; "" = <cache.dir>/checkpoints
     uint64_t upload_bandwidth_bytes_per_s = 0;  // node: cap on upload bytes/s; 0 = none
-    uint32_t keep_local = 2;       // node: uploaded checkpoints kept locally per prefix
+    uint32_t keep_local = 2;       // node: uploaded saves kept locally per run (checkpoint_stage.h)
     bool operator==(const Checkpoints&) const = default;
   } checkpoints;
 

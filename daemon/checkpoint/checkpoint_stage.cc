@@ -31,7 +31,8 @@ struct StageMetrics {
   metrics::Counter* sent_bytes;
   metrics::Counter* uploads;
   metrics::Counter* upload_failures;
-  metrics::Counter* save_seconds;
+  metrics::Counter* save_ms;
+  metrics::Counter* upload_ms;
   metrics::Gauge* upload_goodput;
 };
 
@@ -48,8 +49,12 @@ StageMetrics& M() {
     s.uploads = r.GetCounter("shardcache_checkpoint_uploads_total", "Checkpoints uploaded and committed upstream");
     s.upload_failures = r.GetCounter("shardcache_checkpoint_upload_failures_total",
                                      "Upload attempts that failed (retried, or the checkpoint marked failed)");
-    s.save_seconds = r.GetCounter("shardcache_checkpoint_save_seconds_total",
-                                  "Time trainers spent saving checkpoints (open to durable on this node)");
+    s.save_ms = r.GetScaledCounter("shardcache_checkpoint_save_seconds_total",
+                                   "Time trainers spent saving checkpoints (open to durable on this node)", 1e-3);
+    s.upload_ms = r.GetScaledCounter("shardcache_checkpoint_upload_seconds_total",
+                                     "Time the uploads of those checkpoints took: what trainers writing straight to "
+                                     "the upstream would have waited at least",
+                                     1e-3);
     s.upload_goodput = r.GetGauge("shardcache_checkpoint_upload_goodput_bytes_per_second",
                                   "Checkpoint bytes per second of the running upload");
     return s;
@@ -64,9 +69,16 @@ bool Final(StatusCode c) {
          c == StatusCode::kUnimplemented;
 }
 
-std::string PrefixOf(const std::string& name) {
-  const size_t slash = name.rfind('/');
-  return slash == std::string::npos ? std::string() : name.substr(0, slash + 1);
+// Retention groups a name by its first component (a run: "run7") and counts saves in it by its
+// first two ("run7/step1000" holds every rank's file of that step; "run7/last.pt" is one file).
+std::string RunOf(const std::string& name) {
+  const size_t slash = name.find('/');
+  return slash == std::string::npos ? std::string() : name.substr(0, slash);
+}
+std::string SaveOf(const std::string& name) {
+  const size_t first = name.find('/');
+  if (first == std::string::npos) return name;
+  return name.substr(0, name.find('/', first + 1));
 }
 
 }  // namespace
@@ -170,7 +182,8 @@ Result<uint64_t> CheckpointStage::Commit(uint64_t handle) {
   retry_.erase(p.name);
   if (uploading_ == p.name) stop_upload_.store(true);  // its bytes just changed
   M().saved_bytes->Add(size);
-  M().save_seconds->Add(static_cast<uint64_t>(std::chrono::duration<double>(Clock::now() - p.opened).count()));
+  M().save_ms->Add(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - p.opened).count()));
   spdlog::info("checkpoint '{}' saved: {} bytes in {:.3f} s", p.name, size,
                std::chrono::duration<double>(Clock::now() - p.opened).count());
   cv_.NotifyAll();
@@ -252,11 +265,12 @@ void CheckpointStage::FinishUpload(const CheckpointRecord& done, const Status& s
     r.error.clear();
     retry_.erase(r.name);
     M().uploads->Add(1);
+    M().upload_ms->Add(static_cast<uint64_t>(seconds * 1000));
     M().uploaded_bytes->Add(r.size);
     spdlog::info("checkpoint '{}' uploaded: {} bytes in {:.1f} s ({} sent, {} parts held from before)", r.name,
                  r.size, seconds, progress_.sent_bytes.load(), progress_.skipped_parts.load());
     SaveLocked(r);
-    ApplyRetention(PrefixOf(r.name));
+    ApplyRetention(RunOf(r.name));
     return;
   }
   M().upload_failures->Add(1);
@@ -275,21 +289,27 @@ void CheckpointStage::FinishUpload(const CheckpointRecord& done, const Status& s
   SaveLocked(r);
 }
 
-void CheckpointStage::ApplyRetention(const std::string& prefix) {
-  std::vector<const CheckpointRecord*> uploaded;
+void CheckpointStage::ApplyRetention(const std::string& run) {
+  // The uploaded saves of the run that still have local files, newest first by their last file.
+  std::map<std::string, int64_t> saves;
   for (const auto& [name, r] : records_) {
-    if (r.state == CheckpointState::kRemote && PrefixOf(name) == prefix && ::access(ObjectPath(name).c_str(), F_OK) == 0) {
-      uploaded.push_back(&r);
+    if (r.state != CheckpointState::kRemote || RunOf(name) != run || ::access(ObjectPath(name).c_str(), F_OK) != 0) {
+      continue;
     }
+    int64_t& newest = saves[SaveOf(name)];
+    newest = std::max(newest, r.saved_unix_ms);
   }
-  if (uploaded.size() <= options_.keep_local) return;
-  std::sort(uploaded.begin(), uploaded.end(),
-            [](const CheckpointRecord* a, const CheckpointRecord* b) { return a->saved_unix_ms > b->saved_unix_ms; });
-  for (size_t i = options_.keep_local; i < uploaded.size(); ++i) {
-    const std::string path = ObjectPath(uploaded[i]->name);
-    if (::unlink(path.c_str()) == 0) {
-      spdlog::info("checkpoint '{}': local copy removed (uploaded; checkpoints.keep_local {} per prefix)",
-                   uploaded[i]->name, options_.keep_local);
+  if (saves.size() <= options_.keep_local) return;
+  std::vector<std::pair<int64_t, std::string>> order;
+  for (const auto& [save, t] : saves) order.emplace_back(t, save);
+  std::sort(order.rbegin(), order.rend());
+  for (size_t i = options_.keep_local; i < order.size(); ++i) {
+    for (const auto& [name, r] : records_) {
+      if (r.state != CheckpointState::kRemote || RunOf(name) != run || SaveOf(name) != order[i].second) continue;
+      if (::unlink(ObjectPath(name).c_str()) == 0) {
+        spdlog::info("checkpoint '{}': local copy removed (uploaded; checkpoints.keep_local {} saves per run)", name,
+                     options_.keep_local);
+      }
     }
   }
 }

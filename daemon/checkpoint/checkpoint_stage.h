@@ -18,7 +18,9 @@
 //
 // Reading back: OpenForRead gives the local copy, else downloads the object from the upstream
 // into objects/ first (resume on another node). Retention: once uploaded, only the newest
-// keep_local checkpoints per prefix (the name up to its last '/') stay on the node.
+// keep_local saves of a run stay on the node — the run is the name's first component, a save its
+// first two ("run7/step1000/rank3.pt": run "run7", save "run7/step1000", with every rank's file
+// of that step; "run7/last.pt" is a save of its own).
 //
 // Thread safety: all methods are safe from any thread.
 #pragma once
@@ -42,7 +44,7 @@ namespace shardcache::checkpoint {
 
 struct CheckpointStageOptions {
   std::string dir;          // staging root: tmp/, objects/, journal/
-  uint32_t keep_local = 2;  // uploaded checkpoints kept per prefix
+  uint32_t keep_local = 2;  // uploaded saves kept per run (see above)
   std::chrono::milliseconds retry_min{500}, retry_max{30000};  // backoff between upload attempts
 };
 
@@ -94,7 +96,7 @@ class CheckpointStage {
   // The next record to upload (oldest saved first), marked uploading; false when stopping.
   bool NextUpload(CheckpointRecord* r);
   void FinishUpload(const CheckpointRecord& r, const Status& s);
-  void ApplyRetention(const std::string& prefix) REQUIRES(mu_);
+  void ApplyRetention(const std::string& run) REQUIRES(mu_);
   CheckpointInfo InfoOf(const CheckpointRecord& r) const REQUIRES(mu_);
   void SaveLocked(const CheckpointRecord& r) REQUIRES(mu_);
 

@@ -3,8 +3,10 @@
 //
 // Upload: the file is cut into parts of part_bytes, each hashed (xxh3-128); BeginUpload says
 // which parts the receiver holds already (a resumed upload: after a restart of either side only
-// the others cross the link); the rest go as PutPart calls, `parallel` at once on connections
-// of their own (a long link needs several streams in flight), zstd where it pays, through a
+// the others cross the link); the rest go as PutPart calls on connections of their own, as many
+// at once as the link needs — a StreamController (upstream/stream_controller.h) hill-climbs the
+// count on measured goodput between 2 and max_parallel (from 16), and keeps what it learned for the next
+// upload (each stream tops out at window / RTT) — zstd where it pays, through a
 // token bucket (checkpoints.upload_bandwidth: the share of the link left to training reads);
 // CommitUpload then makes the receiver check every part and rename the object into place. A
 // part the receiver found corrupt is sent again (up to `retries` times); transport failures
@@ -26,6 +28,8 @@
 
 #include "common/status.h"
 #include "daemon/checkpoint/object_name.h"
+#include "daemon/upstream/chunk_codec.h"
+#include "daemon/upstream/stream_controller.h"
 #include "daemon/upstream/token_bucket.h"
 #include "shardcache/origin.grpc.pb.h"
 
@@ -35,13 +39,14 @@ inline constexpr uint32_t kDefaultPartBytes = kMaxPartBytes;
 
 struct CheckpointTransferOptions {
   uint32_t part_bytes = kDefaultPartBytes;
-  int parallel = 8;                        // PutPart / ReadPart calls in flight
+  // PutPart calls in flight: at most this many (each holds a part, 2 x part_bytes of memory).
+  int max_parallel = 64;
   uint64_t bandwidth_bytes_per_s = 0;      // 0 = no cap
   std::chrono::milliseconds call_timeout{60000};
   int retries = 5;                         // per part, after the first attempt
 };
 
-// Makes the stub of connection `index` (0 .. parallel-1) and adds credentials to a call.
+// Makes the stub of connection `index` (0 .. max_parallel-1) and adds credentials to a call.
 struct UpstreamCalls {
   std::function<std::unique_ptr<v1::Origin::StubInterface>(int index)> stub;
   std::function<void(grpc::ClientContext*)> add_auth;
@@ -74,7 +79,8 @@ class CheckpointTransfer {
   struct UploadJob;
   Result<v1::UploadHeader> HashParts(const std::string& name, int fd, uint64_t size, const std::string& path) const;
   Status SendParts(UploadJob& u);
-  Status SendPart(UploadJob& u, v1::Origin::StubInterface& stub, uint64_t part, std::string* buf);
+  Status SendPart(UploadJob& u, v1::Origin::StubInterface& stub, uint64_t part, std::string* buf,
+                  upstream::ChunkEncoder& encoder);
   Status ReadParts(const std::string& name, int fd, uint64_t size, uint32_t part_bytes);
   std::unique_ptr<grpc::ClientContext> Context() const;
 
@@ -82,6 +88,7 @@ class CheckpointTransfer {
   const UpstreamCalls calls_;
   std::vector<std::unique_ptr<v1::Origin::StubInterface>> stubs_;
   upstream::TokenBucket bucket_;
+  upstream::StreamController streams_;  // PutPart calls at once
 };
 
 }  // namespace shardcache::checkpoint

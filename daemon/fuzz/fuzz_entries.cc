@@ -12,10 +12,12 @@
 
 #include "config/config.h"
 #include "daemon/admin/admin_server.h"
+#include "daemon/checkpoint/object_name.h"
 #include "daemon/plan/epoch_plan.h"
 #include "daemon/plan/rank_slice.h"
 #include "daemon/serve/loader_request.h"
 #include "daemon/source/chunk_source.h"
+#include "daemon/upstream/chunk_codec.h"
 #include "dataset/manifest.h"
 #include "shardcache/local.pb.h"
 #include "shardcache/origin.pb.h"
@@ -113,6 +115,21 @@ Status FuzzOriginRequest(const uint8_t* data, size_t size) {
       v1::GetManifestRequest r;
       if (!r.ParseFromArray(body, len)) return InvalidArgument("malformed GetManifestRequest");
       return CheckVersion(r.dataset(), "", &d);
+    }
+    case 3: {  // BeginUpload
+      v1::UploadHeader r;
+      if (!r.ParseFromArray(body, len)) return InvalidArgument("malformed UploadHeader");
+      SC_RETURN_IF_ERROR(checkpoint::CheckUploadHeader(r));
+      return checkpoint::CheckUploadId(checkpoint::UploadId(r));  // what the receiver names files by
+    }
+    case 4: {  // PutPart: the fields checked before anything touches a file
+      v1::PutPartRequest r;
+      if (!r.ParseFromArray(body, len)) return InvalidArgument("malformed PutPartRequest");
+      SC_RETURN_IF_ERROR(checkpoint::CheckObjectName(r.name()));
+      SC_RETURN_IF_ERROR(checkpoint::CheckUploadId(r.upload_id()));
+      upstream::ChunkDecoder decoder;
+      AlignedBuffer out;
+      return decoder.Decode(r.codec(), r.payload(), checkpoint::kMaxPartBytes, "fuzzed part", &out);
     }
     default:
       return InvalidArgument("unknown request kind " + std::to_string(kind));

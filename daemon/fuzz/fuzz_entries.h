@@ -23,7 +23,8 @@ namespace shardcache::daemon::fuzz {
 // the slice's first, middle and last samples must be ids of that dataset.
 Status FuzzLocalRequest(const uint8_t* data, size_t size);
 
-// Input: one byte naming the Origin request (0 ReadChunks, 1 GetSampleIndex, 2 GetManifest),
+// Input: one byte naming the Origin request (0 ReadChunks, 1 GetSampleIndex, 2 GetManifest,
+// 3 BeginUpload, 4 PutPart: the checks before any file is touched),
 // then its serialized message; checked as the Origin service checks it against a fixed dataset
 // "recs" (name rules, version, shard and chunk range).
 Status FuzzOriginRequest(const uint8_t* data, size_t size);

@@ -62,7 +62,7 @@ std::unique_ptr<CheckpointTransfer> TransferTo(const std::string& target, const 
                                                uint64_t bandwidth = 0) {
   CheckpointTransferOptions o;
   o.part_bytes = 1 << 20;
-  o.parallel = 4;
+  o.max_parallel = 4;
   o.bandwidth_bytes_per_s = bandwidth;
   o.call_timeout = std::chrono::seconds(20);
   UpstreamCalls calls;
@@ -191,4 +191,21 @@ TEST_CASE("a checkpoint is read back from the node's copy, or from the upstream 
   REQUIRE(fd.ok());
   CHECK(*ReadFileToString(node_b.path() + "/objects/run7/step50/rank0.pt") == bytes);
   CHECK(b->OpenForRead("run7/missing.pt").status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("once uploaded, only the newest keep_local checkpoints of a prefix stay on the node", "[checkpoint]") {
+  Receiver rx;
+  TempDir node;
+  auto stage = OpenStage(node.path(), TransferTo(rx.Target(), "tok-run7"));  // keep_local 1
+  Save(*stage, "run7/step1/rank0.pt", RandomBytes(1u << 20, 5));
+  REQUIRE(Eventually([&] { return StateOf(*stage, "run7/step1/rank0.pt") == "remote"; }, std::chrono::seconds(30)));
+  CHECK(stage->List("run7/step1/rank0.pt").at(0).local);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a later save time
+  Save(*stage, "run7/step2/rank0.pt", RandomBytes(1u << 20, 6));
+  REQUIRE(Eventually([&] { return StateOf(*stage, "run7/step2/rank0.pt") == "remote"; }, std::chrono::seconds(30)));
+  CHECK(stage->List("run7/step2/rank0.pt").at(0).local);
+  CHECK_FALSE(stage->List("run7/step1/rank0.pt").at(0).local);  // removed here, kept upstream
+  auto fd = stage->OpenForRead("run7/step1/rank0.pt");  // read back from the upstream
+  REQUIRE(fd.ok());
+  CHECK(*ReadFileToString(node.path() + "/objects/run7/step1/rank0.pt") == RandomBytes(1u << 20, 5));
 }

@@ -93,7 +93,9 @@ const std::vector<std::string> kProcessFamilies = {
     "shardcache_process_heap_in_use_bytes", "shardcache_process_heap_free_bytes"};
 const std::vector<std::string> kOriginFamilies = {
     "shardcache_origin_requests_total", "shardcache_origin_chunks_total", "shardcache_origin_payload_bytes_total",
-    "shardcache_origin_wire_bytes_total", "shardcache_origin_compression_ratio"};
+    "shardcache_origin_wire_bytes_total", "shardcache_origin_compression_ratio",
+    "shardcache_checkpoint_received_bytes_total", "shardcache_checkpoint_commits_total",
+    "shardcache_checkpoint_refused_total"};
 const std::vector<std::string> kFileUpstreamFamilies = {"shardcache_file_read_bytes_total",
                                                         "shardcache_origin_checksum_failures_total"};
 const std::vector<std::string> kNodeFamilies = {
@@ -112,7 +114,9 @@ const std::vector<std::string> kNodeFamilies = {
     "shardcache_upstream_goodput_bytes_per_second", "shardcache_upstream_up", "shardcache_serve_batches_total",
     "shardcache_serve_bytes_total", "shardcache_serve_stall_seconds_total", "shardcache_serve_chunk_reads_total",
     "shardcache_serve_warm_reads_total", "shardcache_serve_refused_connections_total", "shardcache_serve_connections",
-    "shardcache_serve_next_wait_seconds", "shardcache_serve_batch_assembly_seconds"};
+    "shardcache_serve_next_wait_seconds", "shardcache_serve_batch_assembly_seconds",
+    "shardcache_checkpoint_pending_bytes", "shardcache_checkpoint_uploaded_bytes_total",
+    "shardcache_checkpoint_save_seconds_total", "shardcache_checkpoint_upload_seconds_total"};
 
 void RequireFamilies(const std::string& metrics, const std::vector<std::string>& families) {
   for (const auto& f : families) {
