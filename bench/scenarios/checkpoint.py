@@ -18,17 +18,15 @@ vs straight to the remote city, over the same long link.
                 the link.
 
 Exit status: 0 measured, 1 could not measure, 2 wanem.py absent."""
-import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _serving as S  # noqa: E402
-from cold import WANEM, start_wanem  # noqa: E402
+from cold import parse_link, require_wanem, start_wanem  # noqa: E402
 
 sys.path.insert(0, os.path.join(S.BUILD, "python"))
 
@@ -101,15 +99,11 @@ def shardcache_save(b, link, data):
 
 
 def parse(argv):
-    link = {"rtt_ms": 30.0, "rate_mbit": 1000.0, "window_kib": 512, "stall_prob": 0.0, "stall_ms": 0.0}
+    link, rest = parse_link(argv)
     size_mib = 1024
-    it = iter(argv)
+    it = iter(rest)
     for a in it:
-        if a in ("--rtt-ms", "--rate-mbit"):
-            link[a[2:].replace("-", "_")] = float(next(it))
-        elif a == "--window-kib":
-            link["window_kib"] = int(next(it))
-        elif a == "--size-mib":
+        if a == "--size-mib":
             size_mib = int(next(it))
         else:
             raise S.CannotMeasure(f"unknown option {a}")
@@ -120,10 +114,7 @@ def body(quick, argv):
     link, size_mib = parse(argv)
     if quick:
         size_mib = min(size_mib, 128)
-    if not os.path.exists(WANEM):
-        print(f"cannot measure: {WANEM} is absent", file=sys.stderr)
-        print(json.dumps({"error": f"{WANEM} is absent"}))
-        sys.exit(2)
+    require_wanem()
     S.need("shardcached", "shardctl", "sc_datagen")
     b = S.Bench("checkpoint")
     b.records_dataset("recs", 1, 16, 4096)  # the origin serves a dataset too; not read here

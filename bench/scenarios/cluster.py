@@ -21,14 +21,13 @@ The top-level keys are those of the largest N; `per_n` holds every N.
 Exit status: 0 measured, 1 could not measure, 2 wanem.py absent."""
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _serving as S  # noqa: E402
-from cold import WANEM, start_wanem, stop  # noqa: E402
+from cold import parse_link, require_wanem, start_wanem, stop  # noqa: E402
 
 
 def start_nodes(b, tag, n, upstream, dataset_bytes, group):
@@ -126,15 +125,11 @@ def one_run(b, tag, n, link, dataset, dataset_bytes, samples, group):
 
 
 def parse(argv):
-    link = {"rtt_ms": 30.0, "rate_mbit": 1000.0, "window_kib": 512, "stall_prob": 0.0, "stall_ms": 0.0}
+    link, rest = parse_link(argv)
     sizes = [1, 2, 4]
-    it = iter(argv)
+    it = iter(rest)
     for a in it:
-        if a in ("--rtt-ms", "--rate-mbit"):
-            link[a[2:].replace("-", "_")] = float(next(it))
-        elif a == "--window-kib":
-            link["window_kib"] = int(next(it))
-        elif a == "--nodes":
+        if a == "--nodes":
             sizes = sorted({int(x) for x in next(it).split(",")})
             if not sizes or sizes[0] < 1 or sizes[-1] > 16:
                 raise S.CannotMeasure("--nodes takes node counts between 1 and 16, e.g. 1,2,4")
@@ -145,10 +140,7 @@ def parse(argv):
 
 def body(quick, argv):
     link, sizes = parse(argv)
-    if not os.path.exists(WANEM):
-        print(f"cannot measure: {WANEM} is absent", file=sys.stderr)
-        print(json.dumps({"error": f"{WANEM} is absent"}))
-        sys.exit(2)
+    require_wanem()
     S.need("shardcached", "shardctl", "sc_datagen", "sc_trainer_bench")
     b = S.Bench("cluster")
     record = 64 * 1024

@@ -32,6 +32,30 @@ WANEM = os.environ.get("SHARDCACHE_WANEM", "/work/shared/tools/wanem.py")
 CURL_SECONDS = 60
 
 
+def parse_link(argv):
+    """The link options of argv (--rtt-ms, --rate-mbit, --window-kib, --stall-prob, --stall-ms;
+    the bench default link for those not given) and the other arguments, in order."""
+    link = {"rtt_ms": 30.0, "rate_mbit": 1000.0, "window_kib": 512, "stall_prob": 0.0, "stall_ms": 0.0}
+    rest = []
+    it = iter(argv)
+    for a in it:
+        if a in ("--rtt-ms", "--rate-mbit", "--stall-prob", "--stall-ms"):
+            link[a[2:].replace("-", "_")] = float(next(it))
+        elif a == "--window-kib":
+            link["window_kib"] = int(next(it))
+        else:
+            rest.append(a)
+    return link, rest
+
+
+def require_wanem():
+    """Exits with status 2 (and the JSON line saying why) when wanem.py is absent."""
+    if not os.path.exists(WANEM):
+        print(f"cannot measure: {WANEM} is absent", file=sys.stderr)
+        print(json.dumps({"error": f"{WANEM} is absent"}))
+        sys.exit(2)
+
+
 def start_wanem(b, name, upstream_port, link):
     port = S.free_port()
     ready = b.path(name + ".ready")
@@ -194,22 +218,15 @@ def peers(b, dataset_dir, link):
 
 
 def body(quick, argv):
-    link = {"rtt_ms": 30.0, "rate_mbit": 1000.0, "window_kib": 512, "stall_prob": 0.0, "stall_ms": 0.0}
+    link, rest = parse_link(argv)
     shuffle = "global"
-    it = iter(argv)
+    it = iter(rest)
     for a in it:
-        if a in ("--rtt-ms", "--rate-mbit", "--stall-prob", "--stall-ms"):
-            link[a[2:].replace("-", "_")] = float(next(it))
-        elif a == "--window-kib":
-            link["window_kib"] = int(next(it))
-        elif a == "--shuffle":
+        if a == "--shuffle":
             shuffle = next(it)
         else:
             raise S.CannotMeasure(f"unknown option {a}")
-    if not os.path.exists(WANEM):
-        print(f"cannot measure: {WANEM} is absent", file=sys.stderr)
-        print(json.dumps({"error": f"{WANEM} is absent"}))
-        sys.exit(2)
+    require_wanem()
     S.need("shardcached", "shardctl", "sc_datagen", "sc_trainer_bench")
     for tool in ("nginx", "aria2c", "curl"):
         if subprocess.run(["which", tool], stdout=subprocess.DEVNULL).returncode != 0:

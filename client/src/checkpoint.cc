@@ -15,23 +15,6 @@ namespace shardcache {
 
 using client_internal::Connection;
 
-namespace {
-
-// One request on the current connection, once more on a new one when the daemon restarted.
-Status CallOnSession(client_internal::Session& session, const v1::LocalRequest& req, v1::LocalResponse* resp,
-                     int* received_fd, std::shared_ptr<Connection>* used) {
-  std::shared_ptr<Connection> conn = session.current();
-  Status s = conn->Call(req, resp, received_fd);
-  if (!s.ok() && conn->Broken()) {
-    SC_ASSIGN_OR_RETURN(conn, session.Replace(conn));
-    s = conn->Call(req, resp, received_fd);
-  }
-  if (used != nullptr) *used = conn;
-  return s;
-}
-
-}  // namespace
-
 CheckpointWriter::~CheckpointWriter() { Abort(); }
 
 Status CheckpointWriter::Write(const void* data, size_t size) {
@@ -82,7 +65,7 @@ Result<std::unique_ptr<CheckpointWriter>> Client::Checkpoint(const std::string& 
   v1::LocalResponse resp;
   int fd = -1;
   std::shared_ptr<Connection> conn;
-  SC_RETURN_IF_ERROR(CallOnSession(*session_, req, &resp, &fd, &conn));
+  SC_RETURN_IF_ERROR(session_->Call(req, &resp, &fd, &conn));
   if (fd < 0) return Internal("the daemon opened checkpoint '" + name + "' but passed no descriptor");
   return std::unique_ptr<CheckpointWriter>(new CheckpointWriter(conn, name, resp.checkpoint_open().handle(), fd));
 }
@@ -91,7 +74,7 @@ Result<std::vector<CheckpointState>> Client::Checkpoints(const std::string& name
   v1::LocalRequest req;
   req.mutable_checkpoint_status()->set_name(name);
   v1::LocalResponse resp;
-  SC_RETURN_IF_ERROR(CallOnSession(*session_, req, &resp, nullptr, nullptr));
+  SC_RETURN_IF_ERROR(session_->Call(req, &resp));
   std::vector<CheckpointState> out;
   for (const v1::CheckpointInfo& i : resp.checkpoint_status().checkpoints()) {
     out.push_back(CheckpointState{i.name(), i.state(), i.size(), i.uploaded_bytes(), i.upload_bytes_per_s(),
@@ -121,7 +104,7 @@ Result<int> Client::OpenCheckpoint(const std::string& name) {
   req.mutable_checkpoint_read()->set_name(name);
   v1::LocalResponse resp;
   int fd = -1;
-  SC_RETURN_IF_ERROR(CallOnSession(*session_, req, &resp, &fd, nullptr));
+  SC_RETURN_IF_ERROR(session_->Call(req, &resp, &fd));
   if (fd < 0) return Internal("the daemon opened checkpoint '" + name + "' but passed no descriptor");
   return fd;
 }

@@ -355,13 +355,7 @@ Result<std::string> Client::Stats() {
   v1::LocalRequest req;
   req.mutable_stats();
   v1::LocalResponse resp;
-  std::shared_ptr<Connection> conn = session_->current();
-  Status s = conn->Call(req, &resp);
-  if (!s.ok() && conn->Broken()) {
-    SC_ASSIGN_OR_RETURN(conn, session_->Replace(conn));
-    s = conn->Call(req, &resp);
-  }
-  SC_RETURN_IF_ERROR(s);
+  SC_RETURN_IF_ERROR(session_->Call(req, &resp));
   return resp.stats().json();
 }
 

@@ -119,6 +119,18 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& socket_p
 }
 
 
+Status Session::Call(const v1::LocalRequest& req, v1::LocalResponse* resp, int* received_fd,
+                     std::shared_ptr<Connection>* used) {
+  std::shared_ptr<Connection> conn = current();
+  Status s = conn->Call(req, resp, received_fd);
+  if (!s.ok() && conn->Broken()) {
+    SC_ASSIGN_OR_RETURN(conn, Replace(conn));
+    s = conn->Call(req, resp, received_fd);
+  }
+  if (used != nullptr) *used = std::move(conn);
+  return s;
+}
+
 Result<std::shared_ptr<Connection>> Session::Replace(const std::shared_ptr<Connection>& lost) {
   MutexLock l(&mu_);
   if (conn_ != lost && !conn_->Broken()) return conn_;

@@ -94,6 +94,11 @@ class Session {
   // else a new one. Unavailable (saying since when it tried) when reconnecting is off or the
   // daemon is not back within the timeout; PermissionDenied and FailedPrecondition at once.
   Result<std::shared_ptr<Connection>> Replace(const std::shared_ptr<Connection>& lost);
+  // One request on the current connection, once more on its replacement when the daemon
+  // restarted in between. *used (nullable) gets the connection that answered; *received_fd a
+  // descriptor passed with the answer (or -1).
+  Status Call(const v1::LocalRequest& req, v1::LocalResponse* resp, int* received_fd = nullptr,
+              std::shared_ptr<Connection>* used = nullptr);
 
  private:
   const std::string socket_path_;

@@ -56,7 +56,7 @@ StageMetrics& M() {
                                      "the upstream would have waited at least",
                                      1e-3);
     s.upload_goodput = r.GetGauge("shardcache_checkpoint_upload_goodput_bytes_per_second",
-                                  "Checkpoint bytes per second of the running upload");
+                                  "Checkpoint bytes per second of the last upload (the parts it sent, over its time)");
     return s;
   }();
   return m;
@@ -87,26 +87,22 @@ Result<std::unique_ptr<CheckpointStage>> CheckpointStage::Open(CheckpointStageOp
                                                                std::unique_ptr<CheckpointTransfer> transfer,
                                                                std::string why_not) {
   if (options.dir.empty()) return InvalidArgument("checkpoints: no staging directory");
+  // Temp files of saves that never committed (the daemon stopped meanwhile) are dropped.
+  SC_RETURN_IF_ERROR(RemoveTree(options.dir + "/tmp").WithContext("checkpoints.dir"));
   for (const char* sub : {"/tmp", "/objects", "/journal"}) {
     SC_RETURN_IF_ERROR(MakeDirs(options.dir + sub).WithContext("checkpoints.dir"));
   }
   std::unique_ptr<CheckpointStage> s(new CheckpointStage(std::move(options), std::move(transfer), std::move(why_not)));
-  // Temp files of saves that never committed (the daemon stopped meanwhile) are dropped.
-  SC_RETURN_IF_ERROR(RemoveTree(s->options_.dir + "/tmp").WithContext("checkpoints.dir"));
-  SC_RETURN_IF_ERROR(MakeDirs(s->options_.dir + "/tmp"));
-  uint64_t pending = 0, resumed = 0;
+  uint64_t resumed = 0;
   {
     MutexLock lock(&s->mu_);
     for (CheckpointRecord& r : LoadRecords(s->JournalDir())) {
       if (r.state == CheckpointState::kUploading) r.state = CheckpointState::kLocal;
-      if (r.state == CheckpointState::kLocal) {
-        pending += r.size;
-        ++resumed;
-      }
+      if (r.state == CheckpointState::kLocal) ++resumed;
       s->records_[r.name] = std::move(r);
     }
+    s->UpdatePendingLocked();
   }
-  M().pending_bytes->Set(static_cast<double>(pending));
   if (resumed > 0) spdlog::info("checkpoints: {} to upload from before the restart", resumed);
   s->uploader_ = std::thread([p = s.get()] { p->UploadLoop(); });
   return s;
@@ -195,9 +191,13 @@ void CheckpointStage::SaveLocked(const CheckpointRecord& r) {
     spdlog::error("checkpoint '{}': journal record not saved: {} (its upload is lost on a restart)", r.name,
                   s.ToString());
   }
+  UpdatePendingLocked();
+}
+
+void CheckpointStage::UpdatePendingLocked() {
   uint64_t pending = 0;
-  for (const auto& [n, rec] : records_) {
-    if (rec.state == CheckpointState::kLocal || rec.state == CheckpointState::kUploading) pending += rec.size;
+  for (const auto& [n, r] : records_) {
+    if (r.state == CheckpointState::kLocal || r.state == CheckpointState::kUploading) pending += r.size;
   }
   M().pending_bytes->Set(static_cast<double>(pending));
 }
@@ -207,9 +207,9 @@ bool CheckpointStage::NextUpload(CheckpointRecord* out) {
   for (;;) {
     if (stopping_) return false;
     const auto now = Clock::now();
-    const CheckpointRecord* best = nullptr;
+    CheckpointRecord* best = nullptr;
     auto soonest = Clock::time_point::max();
-    for (const auto& [name, r] : records_) {
+    for (auto& [name, r] : records_) {
       if (r.state != CheckpointState::kLocal && r.state != CheckpointState::kUploading) continue;
       auto it = retry_.find(name);
       if (it != retry_.end() && it->second.at > now) {
@@ -219,14 +219,12 @@ bool CheckpointStage::NextUpload(CheckpointRecord* out) {
       if (best == nullptr || r.saved_unix_ms < best->saved_unix_ms) best = &r;
     }
     if (best != nullptr) {
-      CheckpointRecord& r = records_[best->name];
-      r.state = CheckpointState::kUploading;
-      SaveLocked(r);
-      uploading_ = r.name;
-      uploading_generation_ = r.generation;
+      best->state = CheckpointState::kUploading;
+      SaveLocked(*best);
+      uploading_ = best->name;
       upload_started_ = now;
       stop_upload_.store(false);
-      *out = r;
+      *out = *best;
       return true;
     }
     if (soonest == Clock::time_point::max()) {
@@ -240,10 +238,6 @@ bool CheckpointStage::NextUpload(CheckpointRecord* out) {
 void CheckpointStage::UploadLoop() {
   CheckpointRecord r;
   while (NextUpload(&r)) {
-    progress_.total_bytes.store(r.size);
-    progress_.done_bytes.store(0);
-    progress_.sent_bytes.store(0);
-    progress_.skipped_parts.store(0);
     Status s = transfer_ == nullptr ? FailedPrecondition(why_not_)
                                     : transfer_->Upload(r.name, ObjectPath(r.name), &progress_, &stop_upload_);
     M().sent_bytes->Add(progress_.sent_bytes.load());
@@ -254,7 +248,6 @@ void CheckpointStage::UploadLoop() {
 void CheckpointStage::FinishUpload(const CheckpointRecord& done, const Status& s) {
   MutexLock lock(&mu_);
   uploading_.clear();
-  M().upload_goodput->Set(0);
   auto it = records_.find(done.name);
   if (it == records_.end() || it->second.generation != done.generation) return;  // saved again meanwhile
   CheckpointRecord& r = it->second;
@@ -267,8 +260,9 @@ void CheckpointStage::FinishUpload(const CheckpointRecord& done, const Status& s
     M().uploads->Add(1);
     M().upload_ms->Add(static_cast<uint64_t>(seconds * 1000));
     M().uploaded_bytes->Add(r.size);
-    spdlog::info("checkpoint '{}' uploaded: {} bytes in {:.1f} s ({} sent, {} parts held from before)", r.name,
-                 r.size, seconds, progress_.sent_bytes.load(), progress_.skipped_parts.load());
+    M().upload_goodput->Set(static_cast<double>(r.size - progress_.held_bytes.load()) / std::max(seconds, 1e-3));
+    spdlog::info("checkpoint '{}' uploaded: {} bytes in {:.1f} s ({} sent, {} held from before)", r.name, r.size,
+                 seconds, progress_.sent_bytes.load(), progress_.held_bytes.load());
     SaveLocked(r);
     ApplyRetention(RunOf(r.name));
     return;
@@ -326,11 +320,9 @@ CheckpointInfo CheckpointStage::InfoOf(const CheckpointRecord& r) const {
   if (r.name == uploading_ && r.state == CheckpointState::kUploading) {
     i.uploaded_bytes = progress_.done_bytes.load();
     const double seconds = std::chrono::duration<double>(Clock::now() - upload_started_).count();
-    const uint64_t sent = progress_.done_bytes.load() -
-                          std::min(progress_.done_bytes.load(), progress_.skipped_parts.load() * kDefaultPartBytes);
+    const uint64_t sent = i.uploaded_bytes - std::min(i.uploaded_bytes, progress_.held_bytes.load());
     i.upload_bytes_per_s = seconds > 0 ? static_cast<double>(sent) / seconds : 0;
     if (i.upload_bytes_per_s > 0) i.eta_s = static_cast<double>(r.size - std::min(r.size, i.uploaded_bytes)) / i.upload_bytes_per_s;
-    M().upload_goodput->Set(i.upload_bytes_per_s);
   }
   return i;
 }

@@ -98,7 +98,9 @@ class CheckpointStage {
   void FinishUpload(const CheckpointRecord& r, const Status& s);
   void ApplyRetention(const std::string& run) REQUIRES(mu_);
   CheckpointInfo InfoOf(const CheckpointRecord& r) const REQUIRES(mu_);
+  // Journals `r` and updates the pending-bytes gauge.
   void SaveLocked(const CheckpointRecord& r) REQUIRES(mu_);
+  void UpdatePendingLocked() REQUIRES(mu_);
 
   const CheckpointStageOptions options_;
   const std::unique_ptr<CheckpointTransfer> transfer_;
@@ -115,9 +117,8 @@ class CheckpointStage {
   };
   std::map<std::string, Retry> retry_ GUARDED_BY(mu_);  // records waiting out a backoff
   bool stopping_ GUARDED_BY(mu_) = false;
-  // The running upload: its name, generation and progress (read by List).
+  // The running upload: its name, start and progress (read by List).
   std::string uploading_ GUARDED_BY(mu_);
-  uint64_t uploading_generation_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point upload_started_ GUARDED_BY(mu_);
   TransferProgress progress_;
   std::atomic<bool> stop_upload_{false};

@@ -14,21 +14,14 @@
 #include "common/fs.h"
 #include "daemon/checkpoint/object_name.h"
 #include "daemon/upstream/chunk_codec.h"
+#include "daemon/upstream/grpc_source.h"
 
 namespace shardcache::checkpoint {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Status FromGrpc(const grpc::Status& s) {
-  return s.ok() ? Status::Ok() : Status(static_cast<StatusCode>(s.error_code()), s.error_message());
-}
-
-// Worth another attempt: the link or the receiver's load, not the request.
-bool Transient(StatusCode c) {
-  return c == StatusCode::kUnavailable || c == StatusCode::kDeadlineExceeded || c == StatusCode::kResourceExhausted ||
-         c == StatusCode::kAborted || c == StatusCode::kInternal || c == StatusCode::kUnknown;
-}
+using upstream::FromGrpcStatus;
 
 // PutPart calls at once: measured, from 16 (a checkpoint is a few hundred parts: a slow start
 // from 4 spent most of a 256 MiB upload ramping up at 80 ms / 128 KiB), between 2 and max_parallel.
@@ -109,13 +102,14 @@ Status CheckpointTransfer::SendPart(UploadJob& u, v1::Origin::StubInterface& stu
     SC_RETURN_IF_ERROR(bucket_.Take(req.payload().size(), Clock::now() + options_.call_timeout));
     v1::UploadState resp;
     auto ctx = Context();
-    const Status s = FromGrpc(stub.PutPart(ctx.get(), req, &resp));
+    const Status s = FromGrpcStatus(stub.PutPart(ctx.get(), req, &resp));
     if (s.ok()) {
       u.progress->sent_bytes.fetch_add(req.payload().size());
       u.progress->done_bytes.fetch_add(len);
       return s;
     }
-    if ((!Transient(s.code()) && s.code() != StatusCode::kDataLoss) || attempt >= options_.retries) {
+    // DataLoss here is the receiver finding the part corrupt on the way: sent again.
+    if ((!upstream::Retryable(s.code()) && s.code() != StatusCode::kDataLoss) || attempt >= options_.retries) {
       return s.WithContext(calls_.where + ": part " + std::to_string(part) + " of checkpoint '" + u.name + "'");
     }
     spdlog::debug("checkpoint '{}' part {}: {}; sending it again", u.name, part, s.ToString());
@@ -174,9 +168,11 @@ Status CheckpointTransfer::Upload(const std::string& name, const std::string& pa
   SC_ASSIGN_OR_RETURN(u.header, HashParts(name, fd.get(), static_cast<uint64_t>(st.st_size), path));
   progress->total_bytes.store(u.header.size());
   progress->done_bytes.store(0);
+  progress->sent_bytes.store(0);
+  progress->held_bytes.store(0);
   v1::UploadState state;
   auto ctx = Context();
-  SC_RETURN_IF_ERROR(FromGrpc(stubs_[0]->BeginUpload(ctx.get(), u.header, &state)).WithContext(calls_.where));
+  SC_RETURN_IF_ERROR(FromGrpcStatus(stubs_[0]->BeginUpload(ctx.get(), u.header, &state)).WithContext(calls_.where));
   u.upload_id = state.upload_id();
   if (state.committed()) {
     progress->done_bytes.store(u.header.size());
@@ -185,8 +181,9 @@ Status CheckpointTransfer::Upload(const std::string& name, const std::string& pa
   const std::set<uint64_t> held(state.verified_parts().begin(), state.verified_parts().end());
   for (uint64_t p = 0; p < static_cast<uint64_t>(u.header.part_hashes_size()); ++p) {
     if (held.count(p) != 0) {
-      progress->skipped_parts.fetch_add(1);
-      progress->done_bytes.fetch_add(PartLength(u.header.size(), options_.part_bytes, p));
+      const uint64_t len = PartLength(u.header.size(), options_.part_bytes, p);
+      progress->held_bytes.fetch_add(len);
+      progress->done_bytes.fetch_add(len);
     } else {
       u.todo.push_back(p);
     }
@@ -196,7 +193,7 @@ Status CheckpointTransfer::Upload(const std::string& name, const std::string& pa
   commit.set_name(name);
   commit.set_upload_id(u.upload_id);
   auto cctx = Context();
-  SC_RETURN_IF_ERROR(FromGrpc(stubs_[0]->CommitUpload(cctx.get(), commit, &state)).WithContext(calls_.where));
+  SC_RETURN_IF_ERROR(FromGrpcStatus(stubs_[0]->CommitUpload(cctx.get(), commit, &state)).WithContext(calls_.where));
   if (!state.committed()) {
     return Aborted(calls_.where + " did not commit checkpoint '" + name + "': it holds " +
                    std::to_string(state.verified_parts_size()) + " of " +
@@ -216,7 +213,7 @@ Status CheckpointTransfer::ReadParts(const std::string& name, int fd, uint64_t s
     req.set_accept_zstd(true);
     v1::ObjectPart resp;
     auto ctx = Context();
-    SC_RETURN_IF_ERROR(FromGrpc(stubs_[0]->ReadPart(ctx.get(), req, &resp)).WithContext(calls_.where));
+    SC_RETURN_IF_ERROR(FromGrpcStatus(stubs_[0]->ReadPart(ctx.get(), req, &resp)).WithContext(calls_.where));
     const uint64_t len = PartLength(size, part_bytes, part);
     const std::string where = calls_.where + " checkpoint '" + name + "' part " + std::to_string(part);
     SC_RETURN_IF_ERROR(decoder.Decode(resp.codec(), resp.payload(), len, where, &bytes));
@@ -231,7 +228,7 @@ Result<uint64_t> CheckpointTransfer::Download(const std::string& name, const std
   req.set_name(name);
   v1::ObjectInfo info;
   auto ctx = Context();
-  SC_RETURN_IF_ERROR(FromGrpc(stubs_[0]->StatObject(ctx.get(), req, &info)).WithContext(calls_.where));
+  SC_RETURN_IF_ERROR(FromGrpcStatus(stubs_[0]->StatObject(ctx.get(), req, &info)).WithContext(calls_.where));
   if (info.part_bytes() == 0) return DataLoss(calls_.where + " gave checkpoint '" + name + "' no part size");
   SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenFile(dest, O_WRONLY | O_CREAT | O_TRUNC, 0600));
   SC_RETURN_IF_ERROR(ReadParts(name, fd.get(), info.size(), info.part_bytes()));

@@ -53,12 +53,12 @@ struct UpstreamCalls {
   std::string where;  // "upstream host:port", for messages
 };
 
-// What an upload moved, for progress reports and tests.
+// What an upload moved, for progress reports and tests (Upload starts every field at 0).
 struct TransferProgress {
   std::atomic<uint64_t> total_bytes{0};
   std::atomic<uint64_t> done_bytes{0};   // parts the receiver holds (verified before, or sent now)
   std::atomic<uint64_t> sent_bytes{0};   // payload bytes put on the wire by this upload
-  std::atomic<uint64_t> skipped_parts{0};  // held by the receiver already (a resumed upload)
+  std::atomic<uint64_t> held_bytes{0};   // of done_bytes, held by the receiver already (a resumed upload)
 };
 
 class CheckpointTransfer {

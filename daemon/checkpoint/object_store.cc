@@ -328,13 +328,22 @@ Result<v1::UploadState> ObjectStore::BeginLocked(Upload& upload, const v1::Uploa
   return state;
 }
 
-Result<v1::UploadState> ObjectStore::PutPart(const v1::PutPartRequest& req) {
+Result<ObjectStore::Open> ObjectStore::OpenUpload(const std::string& name, const std::string& upload_id) {
   SC_RETURN_IF_ERROR(CheckEnabled());
-  SC_RETURN_IF_ERROR(CheckObjectName(req.name()));
-  SC_RETURN_IF_ERROR(CheckUploadId(req.upload_id()));
-  SC_ASSIGN_OR_RETURN(Location loc, Locate(req.name(), /*create=*/false));
-  std::shared_ptr<Upload> upload = Acquire(req.name(), req.upload_id());
-  SC_ASSIGN_OR_RETURN(std::shared_ptr<const v1::UploadHeader> header, LoadHeader(*upload, loc));
+  SC_RETURN_IF_ERROR(CheckObjectName(name));
+  SC_RETURN_IF_ERROR(CheckUploadId(upload_id));
+  Open open;
+  SC_ASSIGN_OR_RETURN(open.loc, Locate(name, /*create=*/false));
+  open.upload = Acquire(name, upload_id);
+  SC_ASSIGN_OR_RETURN(open.header, LoadHeader(*open.upload, open.loc));
+  return open;
+}
+
+Result<v1::UploadState> ObjectStore::PutPart(const v1::PutPartRequest& req) {
+  SC_ASSIGN_OR_RETURN(Open open, OpenUpload(req.name(), req.upload_id()));
+  const Location& loc = open.loc;
+  const std::shared_ptr<Upload>& upload = open.upload;
+  const std::shared_ptr<const v1::UploadHeader>& header = open.header;
   SC_ASSIGN_OR_RETURN(AlignedBuffer bytes, DecodePart(*header, req));
   v1::UploadState state;
   state.set_upload_id(upload->id);
@@ -358,18 +367,13 @@ Result<v1::UploadState> ObjectStore::PutPart(const v1::PutPartRequest& req) {
 }
 
 Result<v1::UploadState> ObjectStore::CommitUpload(const v1::CommitUploadRequest& req) {
-  SC_RETURN_IF_ERROR(CheckEnabled());
-  SC_RETURN_IF_ERROR(CheckObjectName(req.name()));
-  SC_RETURN_IF_ERROR(CheckUploadId(req.upload_id()));
-  SC_ASSIGN_OR_RETURN(Location loc, Locate(req.name(), /*create=*/false));
-  std::shared_ptr<Upload> upload = Acquire(req.name(), req.upload_id());
-  SC_ASSIGN_OR_RETURN(std::shared_ptr<const v1::UploadHeader> header, LoadHeader(*upload, loc));
+  SC_ASSIGN_OR_RETURN(Open open, OpenUpload(req.name(), req.upload_id()));
   Result<v1::UploadState> state = [&] {
-    WriterMutexLock lock(&upload->mu);
-    return CommitLocked(*upload, *header, loc);
+    WriterMutexLock lock(&open.upload->mu);
+    return CommitLocked(*open.upload, *open.header, open.loc);
   }();
   // Calls that hold the upload still see it committed; later ones find no sidecar.
-  if (state.ok() && state->committed()) Forget(upload);
+  if (state.ok() && state->committed()) Forget(open.upload);
   return state;
 }
 

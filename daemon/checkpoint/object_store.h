@@ -147,6 +147,14 @@ class ObjectStore {
   void Forget(const std::shared_ptr<Upload>& upload);
   // The upload's header, read from its sidecar on first use. NotFound when there is none.
   Result<std::shared_ptr<const v1::UploadHeader>> LoadHeader(Upload& upload, const Location& loc);
+  // What PutPart and CommitUpload work on: an upload begun before, by name and id.
+  struct Open {
+    Location loc;
+    std::shared_ptr<Upload> upload;
+    std::shared_ptr<const v1::UploadHeader> header;
+  };
+  // Checks the name and id, finds the directory, the Upload and its header.
+  Result<Open> OpenUpload(const std::string& name, const std::string& upload_id);
   // BeginUpload's work once the upload is held: the final name, temp file and sidecar.
   Result<v1::UploadState> BeginLocked(Upload& upload, const v1::UploadHeader& header, const Location& loc)
       REQUIRES(upload.mu);

@@ -47,28 +47,6 @@ std::chrono::system_clock::time_point ToSystem(Clock::time_point t) {
          std::chrono::duration_cast<std::chrono::system_clock::duration>(t - Clock::now());
 }
 
-Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return Status::Ok();
-  return Status(static_cast<StatusCode>(s.error_code()), s.error_message());
-}
-
-// Codes worth another attempt. DataLoss from the upstream is final: the upstream verified
-// its own copy and it is corrupt; our own mismatches are handled separately.
-bool Retryable(StatusCode c) {
-  switch (c) {
-    case StatusCode::kUnavailable:
-    case StatusCode::kDeadlineExceeded:
-    case StatusCode::kResourceExhausted:
-    case StatusCode::kAborted:
-    case StatusCode::kInternal:
-    case StatusCode::kUnknown:
-    case StatusCode::kCancelled:
-      return true;
-    default:
-      return false;
-  }
-}
-
 Result<std::string> ReadPem(const std::string& value, const char* what) {
   if (value.empty() || value.rfind("-----BEGIN", 0) == 0) return value;
   auto r = ReadFileToString(value);
@@ -83,6 +61,26 @@ std::chrono::milliseconds Jittered(std::chrono::milliseconds base) {
 }
 
 }  // namespace
+
+Status FromGrpcStatus(const grpc::Status& s) {
+  if (s.ok()) return Status::Ok();
+  return Status(static_cast<StatusCode>(s.error_code()), s.error_message());
+}
+
+bool Retryable(StatusCode c) {
+  switch (c) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kAborted:
+    case StatusCode::kInternal:
+    case StatusCode::kUnknown:
+    case StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
 
 // What no GrpcSource keeps: the gauges of the fetch scheduler.
 struct UpstreamGauges {
@@ -361,7 +359,7 @@ void GrpcSource::ProbeLoop() {
     v1::GetManifestResponse resp;
     if (!probe) probe = v1::Origin::NewStub(NewChannel(-1));
     const bool was_up = health_.up();
-    const Status answer = FromGrpc(probe->GetManifest(&ctx, req, &resp));
+    const Status answer = FromGrpcStatus(probe->GetManifest(&ctx, req, &resp));
     spdlog::debug("{}: probe answered in {:.3f} s: {}", Where(),
                   std::chrono::duration<double>(Clock::now() - started).count(), answer.ToString());
     if (!ProbeAnswered(answer)) probe.reset();
@@ -397,7 +395,7 @@ Status GrpcSource::UnaryWithRetries(const std::string& what, Call&& call) {
       if (stopping_) return Cancelled(Where() + ": " + what + ": shardcached is stopping");
       unary_.insert(&ctx);  // Shutdown() cancels it
     }
-    last = FromGrpc(call(*control_->stub, &ctx));
+    last = FromGrpcStatus(call(*control_->stub, &ctx));
     {
       MutexLock lock(&mu_);
       unary_.erase(&ctx);
@@ -1001,7 +999,7 @@ Status GrpcSource::VerifyRange(const FetchTask& task, const v1::ChunkMessage& ms
 }
 
 bool GrpcSource::BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p) {
-  Status s = a.local.ok() ? FromGrpc(a.finished) : a.local;
+  Status s = a.local.ok() ? FromGrpcStatus(a.finished) : a.local;
   if (s.ok()) {
     s = Unavailable("stream ended at chunk " + std::to_string(p.next) + " before the end of the range");
   }

@@ -97,6 +97,7 @@ namespace grpc {
 class Channel;
 class ChannelCredentials;
 class ClientContext;
+class Status;
 }
 
 namespace shardcache::v1 {
@@ -106,6 +107,13 @@ class ChunkMessage;
 namespace shardcache::upstream {
 
 struct UpstreamGauges;
+
+// A gRPC call's status as ours (the codes are the same numbers).
+Status FromGrpcStatus(const grpc::Status& s);
+// Codes of an upstream call worth another attempt: the link or the upstream's load, not the
+// request. DataLoss from the upstream is final: it verified its own copy and that is corrupt
+// (our own mismatches are handled apart).
+bool Retryable(StatusCode c);
 
 class GrpcSource final : public ChunkSource, public stats::Source {
  public:

@@ -115,6 +115,14 @@ def _digest(path):
     return h.hexdigest()
 
 
+def _wait_received(origin, nbytes):
+    """Until the origin has taken `nbytes` of checkpoint parts (the upload is under way)."""
+    deadline = time.time() + 30
+    while origin.metric("shardcache_checkpoint_received_bytes_total") < nbytes:
+        assert time.time() < deadline
+        time.sleep(0.05)
+
+
 def _save(client, name, data):
     t0 = time.perf_counter()
     with client.checkpoint(name) as f:
@@ -159,10 +167,7 @@ def test_kill_9_of_the_node_mid_upload_resumes_without_resending_verified_parts(
     client = shardcache.Client(sock, reconnect_timeout_ms=0)
     data = os.urandom(96 << 20)
     _save(client, NAME, data)
-    deadline = time.time() + 30
-    while origin.metric("shardcache_checkpoint_received_bytes_total") < (40 << 20):
-        assert time.time() < deadline
-        time.sleep(0.05)
+    _wait_received(origin, 40 << 20)
     node.kill9()
     assert not (remote / NAME).exists()
     node.config("0")
@@ -180,10 +185,7 @@ def test_kill_9_of_the_origin_mid_upload_leaves_no_file_under_the_final_name(clu
     client = shardcache.Client(sock)
     data = os.urandom(64 << 20)
     _save(client, NAME, data)
-    deadline = time.time() + 30
-    while origin.metric("shardcache_checkpoint_received_bytes_total") < (16 << 20):
-        assert time.time() < deadline
-        time.sleep(0.05)
+    _wait_received(origin, 16 << 20)
     origin.kill9()
     assert not (remote / NAME).exists()
     assert [p.name for p in (remote / "run7" / "step1000").iterdir() if not p.name.startswith(".")] == []

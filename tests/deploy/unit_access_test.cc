@@ -181,6 +181,12 @@ struct UnitHarness {
   std::vector<std::string> Trainer(const std::vector<gid_t>& groups, const std::string& marker) const {
     return programs->As(kTrainerUid, kTrainerGid, groups, "local_client_helper", {socket, "rec", "8", "1", marker});
   }
+  // The same trainer saving checkpoint `name` of `bytes` bytes.
+  std::vector<std::string> Saver(const std::vector<gid_t>& groups, const std::string& name, size_t bytes,
+                                 const std::string& marker) const {
+    return programs->As(kTrainerUid, kTrainerGid, groups, "local_client_helper",
+                        {socket, name, std::to_string(bytes), "save", marker});
+  }
 };
 
 TEST_CASE("under the shipped unit, a trainer of another uid in the trainer group reads a batch and one "
@@ -207,6 +213,21 @@ TEST_CASE("under the shipped unit, a trainer of another uid in the trainer group
     INFO("trainer log:\n" << Text(h.root / "trainer.log") << "\ndaemon log:\n" << Text(h.root / "daemon.log"));
     REQUIRE(read);
     CHECK(Text(marker).rfind("ready ", 0) == 0);
+  }
+  SECTION("in the trainer group: saves a checkpoint, durable in the unit's cache directory") {
+    // The daemon creates the file in its own directory (0750, the service user's) and passes the
+    // descriptor: the trainer writes it without any right to the directory.
+    const std::string marker = h.root / "markers/saved";
+    std::string out;
+    const int rc = RunCommand(ShellCommand(h.Saver({*trainer_gid}, "run7/step1/rank0.pt", 3 << 20, marker)) + " 2>&1", &out);
+    INFO(out << "\ndaemon log:\n" << Text(h.root / "daemon.log"));
+    REQUIRE(rc == 0);
+    CHECK(Text(marker) == "saved " + std::to_string(3 << 20) + "\n");
+    std::smatch m;  // cache.dir, the first "dir =" of the config (checkpoints.dir "" = below it)
+    REQUIRE(std::regex_search(h.config_text, m, std::regex(R"re(\ndir = "([^"]+)")re")));
+    const std::string saved = Text(std::string(m[1]) + "/checkpoints/objects/run7/step1/rank0.pt");
+    REQUIRE(saved.size() == (3u << 20));
+    for (size_t i = 0; i < saved.size(); i += 4099) CHECK(static_cast<unsigned char>(saved[i]) == i % 251);
   }
   SECTION("in no allowed group: PermissionDenied") {
     std::string out;

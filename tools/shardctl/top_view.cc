@@ -24,6 +24,12 @@ std::string Rate(double bytes_per_s) {
   return FormatBytes(static_cast<uint64_t>(std::max(0.0, bytes_per_s))) + "/s";
 }
 
+// The series with labels `k` of a family (Series), 0 when it has none.
+double At(const std::map<std::string, double>& series, const std::string& k) {
+  auto it = series.find(k);
+  return it == series.end() ? 0.0 : it->second;
+}
+
 std::string Uptime(double s) {
   const long long t = static_cast<long long>(s);
   if (t >= 3600) return Fmt("%lldh%02lldm", t / 3600, t % 3600 / 60);
@@ -43,20 +49,16 @@ std::string RenderSources(const Samples& prev, const Samples& cur, double dt) {
   const auto usable = Series(cur, "shardcache_peer_usable");
   const auto share = Series(cur, "shardcache_peer_share");
   const auto self = Series(cur, "shardcache_peer_self");
-  auto at = [](const std::map<std::string, double>& m, const std::string& k) {
-    auto it = m.find(k);
-    return it == m.end() ? 0.0 : it->second;
-  };
   double from_peers = 0;
   std::string rows;
   for (const auto& [labels, bytes] : peer_bytes) {
-    const double moved = std::max(0.0, bytes - at(peer_bytes_prev, labels));
-    const bool is_self = at(self, labels) > 0;
+    const double moved = std::max(0.0, bytes - At(peer_bytes_prev, labels));
+    const bool is_self = At(self, labels) > 0;
     if (!is_self) from_peers += moved;
     rows += Fmt("%-28s %5s %6.1f%% %12s %12s %10.0f %8.0f\n", LabelValue(labels, "member").substr(0, 28).c_str(),
-                is_self ? "self" : (at(usable, labels) > 0 ? "up" : "aside"), 100 * at(share, labels),
-                Rate(moved / dt).c_str(), FormatBytes(static_cast<uint64_t>(bytes)).c_str(), at(chunks, labels),
-                at(errors, labels));
+                is_self ? "self" : (At(usable, labels) > 0 ? "up" : "aside"), 100 * At(share, labels),
+                Rate(moved / dt).c_str(), FormatBytes(static_cast<uint64_t>(bytes)).c_str(), At(chunks, labels),
+                At(errors, labels));
   }
   const std::string sb = "shardcache_cache_served_bytes_total";
   std::string out = Fmt("sources   local tiers %s  peers %s  own upstream %s\n",
@@ -151,17 +153,13 @@ std::string RenderTopFrame(const Samples& prev, const Samples& cur, double dt, c
   const auto stall = Series(cur, "shardcache_loader_stall_seconds_total");
   const auto stall_prev = Series(prev, "shardcache_loader_stall_seconds_total");
   const auto open = Series(cur, "shardcache_loader_open");
-  auto at = [](const std::map<std::string, double>& m, const std::string& k) {
-    auto it = m.find(k);
-    return it == m.end() ? 0.0 : it->second;
-  };
   auto d = [&](const std::map<std::string, double>& a, const std::map<std::string, double>& b, const std::string& k) {
-    return std::max(0.0, at(a, k) - at(b, k));
+    return std::max(0.0, At(a, k) - At(b, k));
   };
   struct Row { std::string dataset, rank; double loaders, bps, batches, stall_pct; };
   std::vector<Row> rows;
   for (const auto& [labels, v] : bytes) {
-    const double loaders = at(open, labels), moved = d(bytes, bytes_prev, labels);
+    const double loaders = At(open, labels), moved = d(bytes, bytes_prev, labels);
     if (loaders <= 0 && moved <= 0) continue;
     // Stall per loader: the trainers of one rank (DataLoader workers) each wait on their own.
     rows.push_back({LabelValue(labels, "dataset"), LabelValue(labels, "rank"), loaders, moved / dt,
