@@ -286,6 +286,7 @@ Status CachedSource::ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint6
       }
       auto ticket = flights_.Join(s.key);
       if (!ticket.leader()) {
+        if (demand) upstream_->Expedite(s.key);  // the leader may be a prefetch
         auto waited = ticket.Wait(options.deadline);
         Result<ChunkPtr> r = waited ? std::move(*waited)
                                     : Result<ChunkPtr>(DeadlineExceeded(

@@ -91,6 +91,7 @@ class CachedSource final : public ChunkSource, public stats::Source {
   bool Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count) override;
   // The larger of the NVMe and DRAM budgets (a chunk on NVMe is often in DRAM as well).
   uint64_t CapacityBytes() override;
+  void Expedite(const ChunkKey& key) override { upstream_->Expedite(key); }
   bool FetchesBlockRanges() override { return upstream_->FetchesBlockRanges(); }
   void Shutdown() override { upstream_->Shutdown(); }
 

@@ -23,6 +23,7 @@
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/status.h"
+#include "daemon/source/chunk_key.h"
 #include "dataset/dataset_name.h"
 #include "dataset/manifest.h"
 #include "shardcache/origin.pb.h"
@@ -135,6 +136,11 @@ class ChunkSource {
   // True when ReadPieces fetches only the blocks covering the pieces from a remote (a gRPC
   // upstream, at or below this source), so a few samples cost about their own bytes on the link.
   virtual bool FetchesBlockRanges() { return false; }
+
+  // A demand read waits for chunk `key`, which an earlier read (a prefetch) is fetching: that
+  // fetch gets a demand read's urgency (its queue, its hedging when stuck). The default (nothing
+  // fetched ahead) has nothing to do; tiers forward it to the source below.
+  virtual void Expedite(const ChunkKey& key) {}
 
   // The daemon is stopping: reads waiting on a remote (a call in flight, a retry's backoff, a
   // queued fetch) end now with Cancelled or Aborted, and later ones fail at once, so that

@@ -36,6 +36,14 @@ class ChunkLeaders {
     while (c < end && Has(c) && !flights_[c - first_].leader()) ++c;
     return Has(c) ? c : end;
   }
+  // True when a chunk not yet published is wanted now by a caller (SingleFlight::MarkWanted).
+  bool AnyOpenWanted() {
+    MutexLock l(&mu_);
+    for (const Flights::Flight& f : flights_) {
+      if (f.leader() && f.wanted()) return true;
+    }
+    return false;
+  }
   // Publishes Aborted to the chunks left (their waiters refetch).
   void Drop() {
     MutexLock l(&mu_);

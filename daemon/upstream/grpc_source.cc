@@ -525,6 +525,23 @@ void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
   cv_.NotifyAll();
 }
 
+void GrpcSource::Expedite(const ChunkKey& key) {
+  flights_.MarkWanted(key);
+  MutexLock lock(&mu_);
+  for (auto it = prefetch_.begin(); it != prefetch_.end(); ++it) {
+    const FetchTask& t = **it;
+    if (t.block_count > 0 || t.shard != key.shard || key.chunk < t.first || key.chunk >= t.end ||
+        VersionId(t.dataset->version) != key.version) {
+      continue;
+    }
+    demand_.push_back(std::move(*it));
+    prefetch_.erase(it);
+    SpawnWorkers();
+    cv_.NotifyAll();
+    return;
+  }
+}
+
 int GrpcSource::DemandLimit() const {
   return std::min<int>(controller_.limit() + kDemandLanes, static_cast<int>(slot_busy_.size()));
 }
@@ -552,7 +569,9 @@ void GrpcSource::HedgeLoop() {
     cv_.WaitFor(&mu_, std::chrono::milliseconds(50), [&]() REQUIRES(mu_) { return stopping_; });
     const int64_t now = Clock::now().time_since_epoch().count();
     for (const std::shared_ptr<FetchTask>& t : running_conn_) {
-      if (t == nullptr || t->is_hedge || t->hedge != nullptr || t->priority != FetchPriority::kDemand) continue;
+      if (t == nullptr || t->is_hedge || t->hedge != nullptr) continue;
+      // A prefetch is hedged once a demand read waits for one of its chunks.
+      if (t->priority != FetchPriority::kDemand && !t->leaders->AnyOpenWanted()) continue;
       const int64_t heard = t->last_heard_ns.load();
       if (heard == 0 || t->cancelled.load() || std::chrono::nanoseconds(now - heard) < StuckAfter(*t)) continue;
       if (!health_.up()) continue;  // an outage: another stream would wait as long
@@ -563,7 +582,7 @@ void GrpcSource::HedgeLoop() {
       h->end = t->end;
       h->first_block = t->first_block;
       h->block_count = t->block_count;
-      h->priority = t->priority;
+      h->priority = FetchPriority::kDemand;
       h->deadline = t->deadline;
       h->leaders = t->leaders;
       h->is_hedge = true;
@@ -644,6 +663,7 @@ GrpcSource::Flights::Flight GrpcSource::LaunchRange(const DatasetPtr& d, uint32_
                                                      std::vector<std::shared_ptr<FetchTask>>* mine) {
   Flights::Flight f = range_flights_.Join(RangeKey(d, shard, chunk, first_block, block_count));
   Flights::Flight handle = f.Share();
+  if (!f.leader() && options.priority == FetchPriority::kDemand) handle.MarkWanted();
   if (f.leader()) {
     auto task = std::make_shared<FetchTask>();
     task->dataset = d;
@@ -1151,6 +1171,7 @@ void GrpcSource::Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint
   for (uint64_t c = from; c < to; ++c) {
     Flights::Flight f = flights_.Join(ChunkKey{version, shard, c});
     handles.push_back(f.Share());
+    if (!f.leader() && options.priority == FetchPriority::kDemand) f.MarkWanted();
     if (f.leader()) {
       if (!task) {
         task = std::make_shared<FetchTask>();

@@ -135,6 +135,9 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   Status ReadPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces,
                     const ReadOptions& options) override;
   bool FetchesBlockRanges() override { return true; }
+  // Marks the chunk's flight wanted (HedgeLoop hedges its fetch when stuck) and moves a queued
+  // prefetch of it to the demand queue.
+  void Expedite(const ChunkKey& key) override;
   // Cancels the streams and unary calls in flight, drops queued fetches (their waiters get
   // Aborted) and refuses new ones; the workers exit.
   void Shutdown() override;

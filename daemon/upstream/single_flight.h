@@ -15,6 +15,7 @@
 // Thread safety: all methods are thread-safe. A Flight object itself is used by one thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -32,6 +33,7 @@ class SingleFlight {
     Mutex mu;
     CondVar cv;
     std::optional<Value> value GUARDED_BY(mu);
+    std::atomic<bool> wanted{false};  // see Flight::MarkWanted
   };
 
  public:
@@ -83,6 +85,11 @@ class SingleFlight {
       }
       return call_->value;
     }
+    // A caller that needs the value now (not ahead of time) marks the flight, so that the
+    // leader's work can be given that caller's urgency (GrpcSource hedges it when it is stuck).
+    void MarkWanted() const { call_->wanted.store(true); }
+    bool wanted() const { return call_ != nullptr && call_->wanted.load(); }
+
     // Non-blocking: the value when already published.
     std::optional<Value> TryGet() const {
       MutexLock lock(&call_->mu);
@@ -115,6 +122,13 @@ class SingleFlight {
     f.call_ = it->second;
     f.leader_ = inserted;
     return f;
+  }
+
+  // Marks the running flight for `key` wanted (Flight::MarkWanted); nothing when none runs.
+  void MarkWanted(const Key& key) {
+    MutexLock lock(&mu_);
+    auto it = calls_.find(key);
+    if (it != calls_.end()) it->second->wanted.store(true);
   }
 
   // Convenience: runs fn() when leader, else waits (until `deadline`; then returns

@@ -272,6 +272,48 @@ TEST_CASE("a demand fetch stuck on a stalled stream is hedged on another; the fi
   CHECK(client->stats().checksum_failures == 0);
 }
 
+TEST_CASE("a prefetch stuck on a stalled stream is hedged once a demand read waits for its chunk",
+          "[origin][hedge][cache]") {
+  OriginFixture o({}, /*faulty=*/true);
+  const bool through_cache = GENERATE(false, true);
+  TempDir nvme;
+  std::unique_ptr<upstream::GrpcSource> client = o.Client();
+  upstream::GrpcSource* grpc = client.get();
+  std::shared_ptr<ChunkSource> node;
+  if (through_cache) {
+    cache::CacheOptions co;
+    co.dir = nvme.path();
+    co.size_bytes = 64ull << 20;
+    co.segment_bytes = 4ull << 20;
+    auto opened = cache::CachedSource::Open(co, std::move(client));
+    REQUIRE(opened.ok());
+    node = std::move(*opened);
+  } else {
+    node = std::move(client);
+  }
+  auto d = node->OpenDataset("recs");
+  REQUIRE(d.ok());
+  for (uint64_t c = 0; c < 3; ++c) {  // the usual time of a chunk's message
+    REQUIRE(node->ReadChunk(*d, 1, c, Within(std::chrono::seconds(10))).ok());
+  }
+  o.faults->stall_next_ms = 4000;
+  ReadOptions ahead = Within(std::chrono::seconds(10));
+  ahead.priority = FetchPriority::kPrefetch;
+  std::thread prefetch([&] { CHECK(node->ReadChunk(*d, 0, 1, ahead).ok()); });
+  // Alone, a stuck prefetch is left to its stream: no hedge while nobody waits for it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  CHECK(grpc->stats().hedges == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = node->ReadChunk(*d, 0, 1, Within(std::chrono::seconds(10)));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  prefetch.join();
+  REQUIRE(c.ok());
+  CHECK(ChunkBytes(*c) == FileBytes(o.ShardPath(0), kChunk, kChunk));
+  INFO("the demand read took " << took << " s; the stall had 2.5 s left");
+  CHECK(took < 1.5);
+  CHECK(grpc->stats().hedges == 1);
+}
+
 TEST_CASE("a read striped over streams, one stalled and one reset, arrives byte-exact and on time",
           "[origin][hedge][faults]") {
   OriginFixture o({}, /*faulty=*/true);
