@@ -1171,7 +1171,7 @@ void GrpcSource::Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint
   for (uint64_t c = from; c < to; ++c) {
     Flights::Flight f = flights_.Join(ChunkKey{version, shard, c});
     handles.push_back(f.Share());
-    if (!f.leader() && options.priority == FetchPriority::kDemand) f.MarkWanted();
+    if (!f.leader() && options.priority == FetchPriority::kDemand) Expedite(ChunkKey{version, shard, c});
     if (f.leader()) {
       if (!task) {
         task = std::make_shared<FetchTask>();
