@@ -123,6 +123,7 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
     wire = delta("shardcache_upstream_wire_bytes_total")
     payload = delta("shardcache_upstream_payload_bytes_total")
     fetched = delta("shardcache_cache_upstream_fetched_chunks_total")
+    hedges = delta("shardcache_upstream_hedges_total")
     for p in (node.proc, wanem, origin.proc):
         stop(b, p)
     if wire <= 0:
@@ -131,12 +132,12 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
     ratio = payload / wire
     print(f"  {kind:14s}: {e['bytes'] / S.MiB:7.1f} MiB in {wall:6.2f} s = {goodput:7.1f} Mbit/s "
           f"goodput ({goodput / link['rate_mbit']:.2f} × link); wire {wire / S.MiB:.1f} MiB, "
-          f"payload {payload / S.MiB:.1f} MiB (ratio {ratio:.2f}), {fetched:.0f} chunks fetched, "
+          f"payload {payload / S.MiB:.1f} MiB (ratio {ratio:.2f}), {fetched:.0f} chunks fetched, {hedges:.0f} hedges, "
           f"client stall {e.get('stall_fraction', 0):.2f}, first batch {e.get('first_next_us', 0) / 1e3:.0f} ms, "
           f"stream limit {m1.get('shardcache_upstream_stream_limit', 0):.0f}")
     return {"goodput_mbit": goodput, "wire_bytes": int(wire), "compression_ratio": ratio,
             "effective_over_link": goodput / link["rate_mbit"], "wall_s": wall,
-            "first_next_ms": e.get("first_next_us", 0) / 1e3,
+            "first_next_ms": e.get("first_next_us", 0) / 1e3, "hedges": int(hedges),
             "stream_limit": m1.get("shardcache_upstream_stream_limit", 0)}
 
 

@@ -546,7 +546,7 @@ int GrpcSource::DemandLimit() const {
   return std::min<int>(controller_.limit() + kDemandLanes, static_cast<int>(slot_busy_.size()));
 }
 
-std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task) const {
+std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task, bool spare) const {
   const bool range = task.block_count > 0;
   const int64_t usual = (range ? range_message_ns_ : chunk_message_ns_).load();
   const std::chrono::nanoseconds floor = range ? std::chrono::milliseconds(200) : std::chrono::seconds(1);
@@ -557,7 +557,15 @@ std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task) const {
     // would only send them twice. None until one chunk has shown the usual time.
     return range ? 5 * floor : std::chrono::nanoseconds::max();
   }
-  return std::max(floor, std::chrono::nanoseconds(4 * usual));
+  const auto loaded = std::max(floor, std::chrono::nanoseconds(4 * usual));
+  if (range || !spare) return loaded;
+  // The link is mostly idle (an epoch's tail): a fresh stream would bring the chunk at the
+  // best rate one stream has shown, not at the loaded share the usual time reflects.
+  const int64_t peak = peak_stream_bytes_per_s_.load();
+  if (peak <= 0) return loaded;
+  const uint64_t bytes = dataset::ChunkLength(task.dataset->manifest, task.shard, task.first);
+  const auto fresh = std::chrono::nanoseconds(static_cast<int64_t>(3e9 * static_cast<double>(bytes) / peak));
+  return std::min(loaded, std::max<std::chrono::nanoseconds>(kSpareStuckFloor, fresh));
 }
 
 void GrpcSource::HedgeLoop() {
@@ -568,12 +576,14 @@ void GrpcSource::HedgeLoop() {
     if (stopping_) break;
     cv_.WaitFor(&mu_, std::chrono::milliseconds(50), [&]() REQUIRES(mu_) { return stopping_; });
     const int64_t now = Clock::now().time_since_epoch().count();
+    // Nothing queued and at most half the limit running: a hedge takes an idle share of the link.
+    const bool spare = demand_.empty() && prefetch_.empty() && 2 * running_ <= controller_.limit();
     for (const std::shared_ptr<FetchTask>& t : running_conn_) {
       if (t == nullptr || t->is_hedge || t->hedge != nullptr) continue;
       // A prefetch is hedged once a demand read waits for one of its chunks.
       if (t->priority != FetchPriority::kDemand && !t->leaders->AnyOpenWanted()) continue;
       const int64_t heard = t->last_heard_ns.load();
-      if (heard == 0 || t->cancelled.load() || std::chrono::nanoseconds(now - heard) < StuckAfter(*t)) continue;
+      if (heard == 0 || t->cancelled.load() || std::chrono::nanoseconds(now - heard) < StuckAfter(*t, spare)) continue;
       if (!health_.up()) continue;  // an outage: another stream would wait as long
       auto h = std::make_shared<FetchTask>();
       h->dataset = t->dataset;
@@ -990,6 +1000,12 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   // hedge), down slowly.
   const int64_t before = average.load();
   average.store(before == 0 ? took : before + (took - before) / (took > before ? 2 : 8));
+  if (!range && took > 0) {
+    // The best rate one stream has shown: up at once, down by 1/1024 per chunk.
+    const auto rate = static_cast<int64_t>(1e9 * static_cast<double>(len) / static_cast<double>(took));
+    const int64_t peak = peak_stream_bytes_per_s_.load();
+    peak_stream_bytes_per_s_.store(std::max(rate, peak - peak / 1024));
+  }
   // A range's time on its stream is mostly one round trip: reported as a chunk's, it would make
   // the controller judge its raises before any whole chunk could show their effect.
   if (range) {

@@ -28,7 +28,11 @@
 //     re-issued once on another stream (another connection), unless the upstream is down. Both share the chunks' leaders
 //     (ChunkLeaders): the first verified copy of each chunk is published, the other dropped,
 //     and whichever finishes first ends the other. A stalled connection then costs a batch a
-//     fraction of a second, not the stall. Counted in shardcache_upstream_hedges_total.
+//     fraction of a second, not the stall. When the link is mostly idle (an epoch's tail:
+//     nothing queued, at most half the limit running), a whole chunk is stuck after 3x the time
+//     the best rate one stream has shown would take (at least 300 ms), not 4x the loaded usual
+//     time, which counts seconds when a hundred streams share the link. A prefetch that a
+//     demand read waits for is hedged like a demand fetch. Counted in shardcache_upstream_hedges_total.
 //     Opening a dataset's manifest starts connecting those slots, so that the reads
 //     that follow an open do not each wait for a handshake.
 //   * A global bandwidth cap (TokenBucket) shared by all streams; SetBandwidth changes it live.
@@ -120,6 +124,9 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // Streams demand work may run past the stream limit (see above): a batch of 16 samples in 16
   // chunks starts at once.
   static constexpr int kDemandLanes = 16;
+  // With the link mostly idle (nothing queued, at most half the limit running), a whole chunk
+  // is stuck after 3x the time the best stream rate seen would take for it, at least this.
+  static constexpr std::chrono::milliseconds kSpareStuckFloor{300};
 
   // Reads the certificate files; InvalidArgument / NotFound naming a bad option or file.
   // Does not connect: connections are made on first use.
@@ -192,8 +199,9 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   int DemandLimit() const REQUIRES(mu_);
   // Re-issues stuck demand fetches on another stream (see above); runs while the source lives.
   void HedgeLoop();
-  // How long a running task may go without a message before it is hedged.
-  std::chrono::nanoseconds StuckAfter(const FetchTask& task) const;
+  // How long a running task may go without a message before it is hedged; `spare`: nothing
+  // queued and at most half the limit running (see kSpareStuckFloor).
+  std::chrono::nanoseconds StuckAfter(const FetchTask& task, bool spare) const;
   // Starts connecting the slots a first batch's reads would take (DemandLimit of them) that
   // have no connection yet, in the background; idle ones close after idle_release as always.
   void PreConnect();
@@ -284,6 +292,8 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   std::thread hedger_;  // HedgeLoop
   // Moving averages of one message's time on its stream (ns): whole chunks, block ranges.
   std::atomic<int64_t> chunk_message_ns_{0}, range_message_ns_{0};
+  // The best rate (chunk bytes per second) one stream has brought a whole chunk at, decaying.
+  std::atomic<int64_t> peak_stream_bytes_per_s_{0};
 
   Mutex manifest_mu_;
   struct CachedManifest {

@@ -14,7 +14,7 @@
 namespace shardcache::upstream {
 
 // Defaults of the options that config/ exposes as fetch.* keys.
-inline constexpr int kDefaultConnections = 8;       // fetch.connections
+inline constexpr int kDefaultConnections = 32;      // fetch.connections
 inline constexpr int kDefaultMaxConnections = 256;  // fetch.max_connections
 inline constexpr int kMaxMaxConnections = 1024;     // the largest fetch.max_connections accepted
 inline constexpr uint64_t kDefaultMaxInFlightBytes = 512ull << 20;  // fetch.max_in_flight
