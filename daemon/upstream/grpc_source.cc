@@ -1035,6 +1035,8 @@ Status GrpcSource::VerifyRange(const FetchTask& task, const v1::ChunkMessage& ms
 }
 
 bool GrpcSource::BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p) {
+  // A hedge that brought the rest ends this attempt: done, not a failure of the upstream.
+  if (task.leaders->NextOpen(p.next, task.end) == task.end) return true;
   Status s = a.local.ok() ? FromGrpcStatus(a.finished) : a.local;
   if (s.ok()) {
     s = Unavailable("stream ended at chunk " + std::to_string(p.next) + " before the end of the range");

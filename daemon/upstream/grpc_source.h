@@ -237,6 +237,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
                               uint32_t block_count, const ReadOptions& options,
                               std::vector<std::shared_ptr<FetchTask>>* mine);
   // After a failed attempt: fails the rest or sleeps the backoff; false when the task is over.
+  // An attempt a hedge ended by bringing the rest is no failure: true at once, nothing counted.
   bool BackOffAfter(FetchTask& task, const Attempt& a, TaskProgress& p);
   // Publishes `s` to every chunk not yet published.
   void FailRest(FetchTask& task, TaskProgress& p, const Status& s);
