@@ -96,9 +96,10 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
                       memory_size=0)
     wport, wanem = start_wanem(b, f"wanem-{kind}", oport, link)
     sock = b.path(f"node-{kind}.sock")
+    # The node runs the shipped defaults (config/shardcached.toml) but for the NVMe tier's size.
     node = b.daemon(f"node-{kind}", f"grpc://127.0.0.1:{wport}", socket_path=sock,
-                    cache_size=2 * dataset_bytes + 512 * S.MiB, memory_size=0,
-                    segment_size=64 * S.MiB, prefetch=256 * S.MiB, arena=256 * S.MiB, slots=16)
+                    cache_size=2 * dataset_bytes + 512 * S.MiB, memory_size=256 * S.MiB,
+                    segment_size=256 * S.MiB, prefetch=256 * S.MiB, arena=512 * S.MiB, slots=16)
     m0 = node.metrics()
     t0 = time.perf_counter()
     done = threading.Event()
