@@ -70,7 +70,8 @@ CurlDriver::Clock::time_point CurlDriver::StartDue() {
   return next;
 }
 
-void CurlDriver::ReapDone() {
+size_t CurlDriver::ReapDone() {
+  size_t reaped = 0;
   int left = 0;
   while (CURLMsg* msg = curl_multi_info_read(multi_, &left)) {
     if (msg->msg != CURLMSG_DONE) continue;
@@ -82,7 +83,9 @@ void CurlDriver::ReapDone() {
     std::shared_ptr<Transfer> t = std::move(it->second);
     running_.erase(it);
     t->Finish(result);
+    ++reaped;
   }
+  return reaped;
 }
 
 void CurlDriver::AbortAll() {
@@ -105,7 +108,8 @@ void CurlDriver::Loop() {
     int still_running = 0;
     const CURLMcode mc = curl_multi_perform(multi_, &still_running);
     if (mc != CURLM_OK) spdlog::warn("objstore: curl_multi_perform: {}", curl_multi_strerror(mc));
-    ReapDone();
+    // A finished transfer frees a slot: start what waits for it before sleeping.
+    if (ReapDone() > 0) continue;
     // Sleep until a socket is ready, a Submit wakes us, or the next backoff is due (curl
     // shortens the wait itself for its own timers).
     int timeout_ms = 1000;

@@ -67,7 +67,8 @@ class CurlDriver {
   // Starts due waiting transfers while fewer than max_transfers_ run; returns the earliest
   // not-yet-due time (or max()) for the poll timeout.
   Clock::time_point StartDue();
-  void ReapDone();
+  // Finishes completed transfers; returns how many.
+  size_t ReapDone();
   void AbortAll();
 
   CURLM* const multi_;

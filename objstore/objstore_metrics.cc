@@ -31,6 +31,10 @@ metrics::Counter* RetriesCounter(const std::string& reason) {
                  "Object-storage requests retried, by reason (throttled, server, dropped)", "reason", reason);
 }
 
+metrics::Counter* ErrorsCounter(const std::string& kind) {
+  return Labeled("shardcache_objstore_errors_total", "Object-storage operations that failed, by kind", "kind", kind);
+}
+
 void CountError(const Status& s) {
   const char* kind = "other";
   switch (s.code()) {
@@ -41,7 +45,7 @@ void CountError(const Status& s) {
     case StatusCode::kDeadlineExceeded: kind = "unavailable"; break;
     default: break;
   }
-  Labeled("shardcache_objstore_errors_total", "Object-storage operations that failed, by kind", "kind", kind)->Add();
+  ErrorsCounter(kind)->Add();
 }
 
 }  // namespace shardcache::objstore

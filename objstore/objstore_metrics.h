@@ -22,6 +22,7 @@ metrics::Counter* RequestsCounter(const std::string& op);
 metrics::Counter* ReadBytesCounter();
 metrics::Counter* WrittenBytesCounter();
 metrics::Counter* RetriesCounter(const std::string& reason);
+metrics::Counter* ErrorsCounter(const std::string& kind);
 // Counts one failed operation under the kind its status code names.
 void CountError(const Status& s);
 

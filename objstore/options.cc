@@ -70,7 +70,8 @@ std::string Credentials::ToString() const {
 std::string ObjectStoreOptions::ToString() const {
   return "endpoint=" + (endpoint.empty() ? "(aws default)" : endpoint) + " region=" + region +
          " addressing=" + addressing + " credentials=" +
-         (credentials.empty() ? "(from environment or file)" : credentials.ToString()) +
+         (credentials.empty() ? "(from environment or file)"
+                              : "access key id " + credentials.access_key_id + " (secret redacted) from config") +
          " ca_file=" + (ca_file.empty() ? "(system)" : ca_file) + " verify_tls=" + (verify_tls ? "true" : "false") +
          " request_timeout_ms=" + std::to_string(request_timeout_ms) +
          " stall_timeout_ms=" + std::to_string(stall_timeout_ms) +

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""A scripted S3-like HTTP server on loopback for objstore_test's fault cases.
+
+  fault_server.py PORT_FILE MODE [SIZE]
+
+Every path names one object of SIZE bytes (default 1 MiB) whose byte i is (i * 131 + 7) % 251,
+served with ETag "v1" to HEAD and (ranged) GET. MODE scripts the faults:
+  drop:N        the first N GETs send their headers and half the body, then close the connection
+  slowdown:N    the first N requests get 503 SlowDown (S3's throttling answer)
+  signature     every request gets 403 SignatureDoesNotMatch
+  drop_change   the first GET sends half its body with ETag "v1" and closes; from then on the
+                object is another version (ETag "v2", other bytes)
+Writes the port it listens on to PORT_FILE, and one line per request to stdout:
+  "GET /bucket/key bytes=START-END"."""
+import socket
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PORT_FILE, MODE = sys.argv[1], sys.argv[2]
+SIZE = int(sys.argv[3]) if len(sys.argv) > 3 else 1 << 20
+KIND, _, COUNT = MODE.partition(":")
+STATE = {"faults_left": int(COUNT) if COUNT else 1, "version": 1}
+
+
+def content(version):
+    base = bytes((i * 131 + 7) % 251 for i in range(251))
+    data = (base * (SIZE // 251 + 1))[:SIZE]
+    return data if version == 1 else bytes(255 - b for b in data)
+
+
+BODIES = {1: content(1), 2: content(2)}
+
+
+def error_xml(code, message):
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+            f'<Message>{message}</Message></Error>').encode()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def send_error_xml(self, status, code, message):
+        body = error_xml(code, message)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def serve(self):
+        rng = self.headers.get("Range", "")
+        print(f"{self.command} {self.path} {rng}", flush=True)
+        if KIND == "signature":
+            return self.send_error_xml(403, "SignatureDoesNotMatch", "The request signature we calculated "
+                                       "does not match the signature you provided.")
+        if KIND == "slowdown" and STATE["faults_left"] > 0:
+            STATE["faults_left"] -= 1
+            return self.send_error_xml(503, "SlowDown", "Please reduce your request rate.")
+        version = STATE["version"]
+        body = BODIES[version]
+        start, end = 0, SIZE - 1
+        if rng.startswith("bytes="):
+            a, _, b = rng[6:].partition("-")
+            start, end = int(a), min(int(b), SIZE - 1)
+        part = body[start:end + 1]
+        self.send_response(206 if rng else 200)
+        self.send_header("ETag", f'"v{version}"')
+        self.send_header("Content-Length", str(len(part)))
+        if rng:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{SIZE}")
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        drop = KIND in ("drop", "drop_change") and STATE["faults_left"] > 0
+        if not drop:
+            self.wfile.write(part)
+            return
+        STATE["faults_left"] -= 1
+        if KIND == "drop_change":
+            STATE["version"] = 2
+        self.wfile.write(part[:len(part) // 2])
+        self.wfile.flush()
+        self.connection.shutdown(socket.SHUT_RDWR)
+        self.close_connection = True
+
+    do_GET = serve
+    do_HEAD = serve
+
+
+def main():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with open(PORT_FILE + ".tmp", "w") as f:
+        f.write(str(server.server_address[1]))
+    import os
+    os.rename(PORT_FILE + ".tmp", PORT_FILE)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+// ObjectClient against fault_server.py: dropped connections, throttling, refused signatures.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "objstore/object_client.h"
+#include "objstore/objstore_metrics.h"
+#include "objstore/test_servers.h"
+
+namespace shardcache::objstore {
+namespace {
+
+constexpr size_t kSize = 1 << 20;
+
+std::string Expected(uint64_t offset, uint64_t length) {
+  std::string s(length, '\0');
+  for (uint64_t i = 0; i < length; ++i) s[i] = testing::FaultServer::Byte(offset + i);
+  return s;
+}
+
+std::unique_ptr<ObjectClient> OpenClient(const testing::FaultServer& server, uint32_t max_attempts = 4) {
+  ObjectStoreOptions o;
+  o.endpoint = server.endpoint();
+  o.credentials = {"AKIDEXAMPLE", "NotThePrintedSecret", "", ""};
+  o.max_attempts = max_attempts;
+  o.backoff_initial_ms = 5;
+  o.backoff_max_ms = 20;
+  auto client = ObjectClient::Open(*ParseObjectUri("s3://bucket/prefix"), o);
+  REQUIRE(client.ok());
+  return std::move(*client);
+}
+
+size_t Count(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = haystack.find(needle); p != std::string::npos; p = haystack.find(needle, p + 1)) ++n;
+  return n;
+}
+
+TEST_CASE("a connection dropped mid-body resumes at the first missing byte", "[objstore][faults]") {
+  testing::FaultServer server("drop:2", kSize);
+  auto client = OpenClient(server);
+  const uint64_t retries = RetriesCounter("dropped")->Value();
+  auto r = client->ReadRange("prefix/obj", 1000, 400000);
+  INFO(r.status().ToString() << "\n" << server.RequestLog());
+  REQUIRE(r.ok());
+  CHECK(*r == Expected(1000, 400000));
+  // Half of the range, then half of the rest, then the rest: never from zero again.
+  const std::string log = server.RequestLog();
+  CHECK(Count(log, "bytes=1000-400999") == 1);
+  CHECK(Count(log, "bytes=201000-400999") == 1);
+  CHECK(Count(log, "bytes=301000-400999") == 1);
+  CHECK(Count(log, "GET ") == 3);
+  CHECK(RetriesCounter("dropped")->Value() - retries == 2);
+}
+
+TEST_CASE("a server that keeps dropping gives Unavailable naming the object and the range", "[objstore][faults]") {
+  testing::FaultServer server("drop:1000", kSize);
+  auto client = OpenClient(server, 3);
+  auto r = client->ReadRange("prefix/obj", 0, 80000);
+  REQUIRE(r.status().code() == StatusCode::kUnavailable);
+  CHECK_THAT(r.status().message(), Catch::Contains("GET s3://bucket/prefix/obj bytes 0-79999 (70000 of 80000 received)"));
+  CHECK_THAT(r.status().message(), Catch::Contains("gave up after 3 attempts"));
+  CHECK(Count(server.RequestLog(), "GET ") == 3);
+}
+
+TEST_CASE("an object that changes between a dropped attempt and its resumption is refused", "[objstore][faults]") {
+  testing::FaultServer server("drop_change", kSize);
+  auto client = OpenClient(server);
+  auto r = client->ReadRange("prefix/obj", 0, 100000);
+  REQUIRE(r.status().code() == StatusCode::kFailedPrecondition);
+  CHECK_THAT(r.status().message(), Catch::Contains("object s3://bucket/prefix/obj changed since it was indexed "
+                                                   "(ETag \"v1\" -> \"v2\")"));
+}
+
+TEST_CASE("503 SlowDown is retried with backoff and then succeeds", "[objstore][faults]") {
+  testing::FaultServer server("slowdown:3", kSize);
+  auto client = OpenClient(server);
+  const uint64_t throttled = RetriesCounter("throttled")->Value();
+  auto st = client->Stat("prefix/obj");
+  INFO(st.status().ToString());
+  REQUIRE(st.ok());
+  CHECK(st->size == kSize);
+  CHECK(st->etag == "\"v1\"");
+  CHECK(RetriesCounter("throttled")->Value() - throttled == 3);
+  auto r = client->ReadRange("prefix/obj", 5, 10, st->etag, st->size);
+  REQUIRE(r.ok());
+  CHECK(*r == Expected(5, 10));
+}
+
+TEST_CASE("throttling that outlasts the attempts is Unavailable saying so", "[objstore][faults]") {
+  testing::FaultServer server("slowdown:100", kSize);
+  auto client = OpenClient(server, 2);
+  auto r = client->ReadRange("prefix/obj", 0, 10);
+  REQUIRE(r.status().code() == StatusCode::kUnavailable);
+  CHECK_THAT(r.status().message(), Catch::Contains("503 SlowDown"));
+  CHECK_THAT(r.status().message(), Catch::Contains("gave up after 2 attempts"));
+}
+
+TEST_CASE("SignatureDoesNotMatch is PermissionDenied at once, without the secret", "[objstore][faults]") {
+  testing::FaultServer server("signature", kSize);
+  auto client = OpenClient(server);
+  auto r = client->ReadRange("prefix/obj", 0, 10);
+  REQUIRE(r.status().code() == StatusCode::kPermissionDenied);
+  CHECK_THAT(r.status().message(), Catch::Contains("SignatureDoesNotMatch"));
+  CHECK_THAT(r.status().message(), Catch::Contains("access key id AKIDEXAMPLE"));
+  CHECK_THAT(r.status().message(), !Catch::Contains("NotThePrintedSecret"));
+  CHECK(Count(server.RequestLog(), "GET ") == 1);
+}
+
+}  // namespace
+}  // namespace shardcache::objstore
