@@ -94,16 +94,18 @@ Result<std::unique_ptr<ObjectClient>> ObjectClient::Open(const ObjectUri& uri, c
   if (!options.verify_tls) spdlog::warn("objstore: TLS verification is off for {}", endpoint);
   return std::unique_ptr<ObjectClient>(new ObjectClient(uri, endpoint, virtual_host,
                                                         MakePolicy(options, creds, uri.is_s3()),
-                                                        creds.access_key_id, std::move(driver)));
+                                                        creds.access_key_id, options.list_page_keys,
+                                                        std::move(driver)));
 }
 
 ObjectClient::ObjectClient(ObjectUri uri, std::string endpoint, bool virtual_host, RequestPolicy policy,
-                           std::string key_id, std::unique_ptr<CurlDriver> driver)
+                           std::string key_id, uint32_t list_page_keys, std::unique_ptr<CurlDriver> driver)
     : uri_(std::move(uri)),
       endpoint_(std::move(endpoint)),
       virtual_host_(virtual_host),
       policy_(std::move(policy)),
       access_key_id_(std::move(key_id)),
+      list_page_keys_(list_page_keys),
       driver_(std::move(driver)) {}
 
 ObjectClient::~ObjectClient() { driver_.reset(); }
@@ -192,7 +194,7 @@ Result<ListPage> ObjectClient::ListPageAt(const std::string& prefix, const std::
   // query string exactly as written.
   std::string query;
   if (!token.empty()) query += "continuation-token=" + UriEncode(token, false) + "&";
-  query += "list-type=2";
+  query += "list-type=2&max-keys=" + std::to_string(list_page_keys_);
   if (!prefix.empty()) query += "&prefix=" + UriEncode(prefix, false);
   HttpRequest req;
   req.op = "list";

@@ -75,7 +75,7 @@ class ObjectClient {
 
  private:
   ObjectClient(ObjectUri uri, std::string endpoint, bool virtual_host, RequestPolicy policy, std::string key_id,
-               std::unique_ptr<CurlDriver> driver);
+               uint32_t list_page_keys, std::unique_ptr<CurlDriver> driver);
 
   // URL of `key` (already relative to the bucket / host), each path segment percent-encoded.
   std::string ObjectUrl(const std::string& key) const;
@@ -90,6 +90,7 @@ class ObjectClient {
   const bool virtual_host_;
   const RequestPolicy policy_;
   const std::string access_key_id_;
+  const uint32_t list_page_keys_;
   std::unique_ptr<CurlDriver> driver_;
 };
 

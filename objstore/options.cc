@@ -88,6 +88,7 @@ Status ObjectStoreOptions::Validate() const {
   if (region.empty()) return InvalidArgument("region must not be empty");
   if (max_connections == 0) return InvalidArgument("max_connections must be at least 1");
   if (max_attempts == 0) return InvalidArgument("max_attempts must be at least 1");
+  if (list_page_keys == 0 || list_page_keys > 1000) return InvalidArgument("list_page_keys must be 1 to 1000");
   return CheckPair(credentials, "config");
 }
 

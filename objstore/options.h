@@ -63,6 +63,8 @@ struct ObjectStoreOptions {
   uint32_t max_attempts = 6;
   uint32_t backoff_initial_ms = 100;
   uint32_t backoff_max_ms = 5000;
+  // Keys per ListObjectsV2 page (max-keys; S3 returns at most 1000). Default: 1000.
+  uint32_t list_page_keys = 1000;
 
   // Names every field, secrets redacted.
   std::string ToString() const;

@@ -8,18 +8,21 @@ served with ETag "v1" to HEAD and (ranged) GET. MODE scripts the faults:
   drop:N        the first N GETs send their headers and half the body, then close the connection
   slowdown:N    the first N requests get 503 SlowDown (S3's throttling answer)
   signature     every request gets 403 SignatureDoesNotMatch
+  delay:MS      every request waits MS milliseconds before it is answered
   drop_change   the first GET sends half its body with ETag "v1" and closes; from then on the
                 object is another version (ETag "v2", other bytes)
 Writes the port it listens on to PORT_FILE, and one line per request to stdout:
-  "GET /bucket/key bytes=START-END"."""
+  "GET /bucket/key bytes=START-END port=CLIENT_PORT" (the client's port tells connections apart)."""
 import socket
 import sys
+import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PORT_FILE, MODE = sys.argv[1], sys.argv[2]
 SIZE = int(sys.argv[3]) if len(sys.argv) > 3 else 1 << 20
 KIND, _, COUNT = MODE.partition(":")
-STATE = {"faults_left": int(COUNT) if COUNT else 1, "version": 1}
+STATE = {"faults_left": int(COUNT) if COUNT and KIND != "delay" else 1, "version": 1}
 
 
 def content(version):
@@ -29,6 +32,7 @@ def content(version):
 
 
 BODIES = {1: content(1), 2: content(2)}
+LOG_LOCK = threading.Lock()
 
 
 def error_xml(code, message):
@@ -53,7 +57,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def serve(self):
         rng = self.headers.get("Range", "")
-        print(f"{self.command} {self.path} {rng}", flush=True)
+        with LOG_LOCK:  # one write per line: handler threads must not interleave
+            sys.stdout.write(f"{self.command} {self.path} {rng} port={self.client_address[1]}\n")
+            sys.stdout.flush()
+        if KIND == "delay":
+            time.sleep(int(COUNT) / 1000)
         if KIND == "signature":
             return self.send_error_xml(403, "SignatureDoesNotMatch", "The request signature we calculated "
                                        "does not match the signature you provided.")

@@ -1,6 +1,9 @@
 // ObjectClient against fault_server.py: dropped connections, throttling, refused signatures.
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "objstore/object_client.h"
 #include "objstore/objstore_metrics.h"
@@ -104,6 +107,41 @@ TEST_CASE("SignatureDoesNotMatch is PermissionDenied at once, without the secret
   CHECK_THAT(r.status().message(), Catch::Contains("access key id AKIDEXAMPLE"));
   CHECK_THAT(r.status().message(), !Catch::Contains("NotThePrintedSecret"));
   CHECK(Count(server.RequestLog(), "GET ") == 1);
+}
+
+// The ports the server saw requests come from: one per connection.
+std::set<std::string> ClientPorts(const std::string& log) {
+  std::set<std::string> ports;
+  for (size_t p = log.find("port="); p != std::string::npos; p = log.find("port=", p + 1)) {
+    ports.insert(log.substr(p + 5, log.find('\n', p) - p - 5));
+  }
+  return ports;
+}
+
+TEST_CASE("ranged reads run in parallel up to the connection cap and reuse connections", "[objstore][faults]") {
+  testing::FaultServer server("delay:200", kSize);
+  ObjectStoreOptions o;
+  o.endpoint = server.endpoint();
+  o.max_connections = 4;
+  auto client = ObjectClient::Open(*ParseObjectUri("s3://bucket"), o);
+  REQUIRE(client.ok());
+  std::vector<RangeRead> ranges;
+  for (uint64_t i = 0; i < 16; ++i) ranges.push_back(RangeRead{"obj", i * 1000, 1000});
+  for (int round = 0; round < 2; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    auto results = (*client)->ReadRanges(ranges);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    for (size_t i = 0; i < results.size(); ++i) {
+      REQUIRE(results[i].ok());
+      CHECK(*results[i] == Expected(ranges[i].offset, ranges[i].length));
+    }
+    // 16 reads of 200 ms each on 4 connections: 4 rounds, not 16 (serial) nor 1 (uncapped).
+    CHECK(ms.count() >= 780);
+    CHECK(ms.count() < 2400);
+  }
+  INFO(server.RequestLog());
+  // Both batches used the same 4 connections.
+  CHECK(ClientPorts(server.RequestLog()).size() == 4);
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ S3rver::S3rver(const std::string& bucket) {
   RequireProgram("s3rver");
   port_ = FreePort();
   proc_ = std::make_unique<Process>(
-      std::vector<std::string>{"s3rver", "-d", dir_ / "data", "-a", "127.0.0.1", "-p", std::to_string(port_), "-s",
+      // s3rver's continuation tokens use DES, which Node's OpenSSL 3 keeps in its legacy provider.
+      std::vector<std::string>{"env", "NODE_OPTIONS=--openssl-legacy-provider", "s3rver", "-d", dir_ / "data", "-a", "127.0.0.1", "-p", std::to_string(port_), "-s",
                                "--configure-bucket", bucket},
       dir_ / "s3rver.log");
   INFO("s3rver log: " << ReadFile(dir_ / "s3rver.log"));
