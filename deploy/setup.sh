@@ -20,8 +20,8 @@ PACKAGES=(
   clang libclang-rt-14-dev
   # tests and benchmarks: peers, link emulation, operations
   nginx-light curl aria2 fio openssl python3 python3-yaml systemd prometheus dpkg-dev file procps
-  # s3rver (below) runs on node
-  nodejs
+  # s3rver (below) runs on node; botocore's signer checks libcurl's SigV4 in objstore_test
+  nodejs python3-botocore
 )
 
 # s3rver: the S3-protocol server the objstore tests start on loopback (a test dependency only),

@@ -9,10 +9,17 @@ served with ETag "v1" to HEAD and (ranged) GET. MODE scripts the faults:
   slowdown:N    the first N requests get 503 SlowDown (S3's throttling answer)
   signature     every request gets 403 SignatureDoesNotMatch
   delay:MS      every request waits MS milliseconds before it is answered
+  sigv4:SECRET  requests must carry a valid SigV4 signature for access key AKIDEXAMPLE and SECRET,
+                checked with botocore's signer (python3-botocore): else 403 InvalidAccessKeyId or
+                SignatureDoesNotMatch, as S3 answers. Also answers ListObjectsV2 (GET /bucket?...)
+                with one object and accepts PUT (checking x-amz-content-sha256 against the body)
   drop_change   the first GET sends half its body with ETag "v1" and closes; from then on the
                 object is another version (ETag "v2", other bytes)
 Writes the port it listens on to PORT_FILE, and one line per request to stdout:
   "GET /bucket/key bytes=START-END port=CLIENT_PORT" (the client's port tells connections apart)."""
+import hashlib
+import hmac
+import re
 import socket
 import sys
 import threading
@@ -22,7 +29,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PORT_FILE, MODE = sys.argv[1], sys.argv[2]
 SIZE = int(sys.argv[3]) if len(sys.argv) > 3 else 1 << 20
 KIND, _, COUNT = MODE.partition(":")
-STATE = {"faults_left": int(COUNT) if COUNT and KIND != "delay" else 1, "version": 1}
+ACCESS_KEY = "AKIDEXAMPLE"
+SECRET = COUNT if KIND == "sigv4" else ""
+STATE = {"faults_left": int(COUNT) if COUNT and KIND in ("drop", "slowdown") else 1, "version": 1}
 
 
 def content(version):
@@ -33,6 +42,41 @@ def content(version):
 
 BODIES = {1: content(1), 2: content(2)}
 LOG_LOCK = threading.Lock()
+
+
+def check_signature(handler, body):
+    """None when the request's SigV4 signature is valid for ACCESS_KEY and SECRET, else the S3 code."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    m = re.match(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/s3/aws4_request, ?"
+                 r"SignedHeaders=([^,]+), ?Signature=([0-9a-f]{64})$", handler.headers.get("Authorization", ""))
+    if not m:
+        return "AccessDenied"
+    key, _, region, signed, signature = m.groups()
+    if key != ACCESS_KEY:
+        return "InvalidAccessKeyId"
+    sha = handler.headers.get("x-amz-content-sha256", "")
+    if sha != "UNSIGNED-PAYLOAD" and sha != hashlib.sha256(body).hexdigest():
+        return "XAmzContentSHA256Mismatch"
+    headers = {h: handler.headers.get(h, "") for h in signed.split(";")}
+    request = AWSRequest(method=handler.command, url="http://" + handler.headers["Host"] + handler.path,
+                         headers=headers, data=body)
+    request.context["timestamp"] = handler.headers.get("X-Amz-Date", "")
+    signer = S3SigV4Auth(Credentials(ACCESS_KEY, SECRET), "s3", region)
+    canonical = signer.canonical_request(request)
+    expected = signer.signature(signer.string_to_sign(request, canonical), request)
+    if hmac.compare_digest(expected, signature):
+        return None
+    with LOG_LOCK:
+        sys.stdout.write("signature mismatch; canonical request:\n" + canonical + "\n")
+    return "SignatureDoesNotMatch"
+
+
+def list_xml():
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult><IsTruncated>false</IsTruncated>'
+            f'<Contents><Key>prefix/obj</Key><ETag>&quot;v1&quot;</ETag><Size>{SIZE}</Size></Contents>'
+            f'</ListBucketResult>').encode()
 
 
 def error_xml(code, message):
@@ -62,6 +106,19 @@ class Handler(BaseHTTPRequestHandler):
             sys.stdout.flush()
         if KIND == "delay":
             time.sleep(int(COUNT) / 1000)
+        if KIND == "sigv4":
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            code = check_signature(self, body)
+            if code:
+                return self.send_error_xml(403, code, "refused by fault_server.py")
+            if self.command == "PUT" or "?" in self.path:
+                reply = list_xml() if "?" in self.path else b""
+                self.send_response(200)
+                self.send_header("ETag", '"v1"')
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+                return
         if KIND == "signature":
             return self.send_error_xml(403, "SignatureDoesNotMatch", "The request signature we calculated "
                                        "does not match the signature you provided.")
@@ -97,9 +154,15 @@ class Handler(BaseHTTPRequestHandler):
 
     do_GET = serve
     do_HEAD = serve
+    do_PUT = serve
 
 
 def main():
+    if KIND == "sigv4":
+        try:
+            import botocore.auth  # noqa: F401
+        except ImportError:
+            sys.exit("fault_server.py: python3-botocore is missing: run `make setup`")
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     with open(PORT_FILE + ".tmp", "w") as f:
         f.write(str(server.server_address[1]))

@@ -3,15 +3,16 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace shardcache::objstore::testing {
 
 using shardcache::testing::FreePort;
 using shardcache::testing::Process;
 using shardcache::testing::RunCommand;
-using shardcache::testing::WaitForFile;
 using shardcache::testing::WaitForPort;
 
 namespace {
@@ -22,6 +23,21 @@ std::string ReadFile(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+// Polls `ready` while `proc` runs (up to 20 s); fails the test with the program's log when it
+// exits or never gets ready.
+template <class Ready>
+void WaitReady(Process& proc, const std::string& what, const std::string& log_path, Ready ready) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!ready()) {
+    if (!proc.Running() || std::chrono::steady_clock::now() > end) {
+      FAIL(what << " did not start; its output:\n" << ReadFile(log_path));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+bool PortOpen(int port) { return WaitForPort(port, std::chrono::milliseconds(1)); }
 
 }  // namespace
 
@@ -40,8 +56,7 @@ S3rver::S3rver(const std::string& bucket) {
       std::vector<std::string>{"env", "NODE_OPTIONS=--openssl-legacy-provider", "s3rver", "-d", dir_ / "data", "-a", "127.0.0.1", "-p", std::to_string(port_), "-s",
                                "--configure-bucket", bucket},
       dir_ / "s3rver.log");
-  INFO("s3rver log: " << ReadFile(dir_ / "s3rver.log"));
-  REQUIRE(WaitForPort(port_));
+  WaitReady(*proc_, "s3rver", dir_ / "s3rver.log", [&] { return PortOpen(port_); });
 }
 
 Nginx::Nginx(const std::string& root) {
@@ -70,20 +85,19 @@ Nginx::Nginx(const std::string& root) {
   conf.close();
   proc_ = std::make_unique<Process>(std::vector<std::string>{"nginx", "-p", p, "-c", dir_ / "nginx.conf"},
                                     dir_ / "nginx.log");
-  INFO("nginx log: " << ReadFile(dir_ / "nginx.log"));
-  REQUIRE(WaitForPort(http_port_));
-  REQUIRE(WaitForPort(https_port_));
+  WaitReady(*proc_, "nginx", dir_ / "nginx.log", [&] { return PortOpen(http_port_) && PortOpen(https_port_); });
 }
 
 FaultServer::FaultServer(const std::string& mode, size_t size) {
-  RequireProgram("python3");
+  // Debian's interpreter, whose packages (python3-botocore) deploy/setup.sh installs.
+  const std::string python = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  RequireProgram(python);
   proc_ = std::make_unique<Process>(
-      std::vector<std::string>{"python3", std::string(SC_SOURCE_DIR) + "/tests/objstore/fault_server.py",
+      std::vector<std::string>{python, std::string(SC_SOURCE_DIR) + "/tests/objstore/fault_server.py",
                                dir_ / "port", mode, std::to_string(size)},
       dir_ / "requests.log");
-  REQUIRE(WaitForFile(dir_ / "port"));
+  WaitReady(*proc_, "fault_server.py", dir_ / "requests.log", [&] { return ::access((dir_ / "port").c_str(), F_OK) == 0; });
   port_ = std::stoi(ReadFile(dir_ / "port"));
-  REQUIRE(WaitForPort(port_));
 }
 
 std::string FaultServer::RequestLog() const { return ReadFile(dir_ / "requests.log"); }
