@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "objstore/objstore_metrics.h"
+
 namespace shardcache::objstore {
 namespace {
 
@@ -76,7 +78,8 @@ std::string UriEncode(const std::string& s, bool keep_slash) {
   return out;
 }
 
-Result<std::unique_ptr<ObjectClient>> ObjectClient::Open(const ObjectUri& uri, const ObjectStoreOptions& options) {
+Result<std::unique_ptr<ObjectClient>> ObjectClient::Open(const ObjectUri& uri, const ObjectStoreOptions& given) {
+  const ObjectStoreOptions options = WithEnvironmentDefaults(given);
   SC_RETURN_IF_ERROR(options.Validate());
   Credentials creds;
   if (uri.is_s3()) {
@@ -187,6 +190,21 @@ std::vector<Result<std::string>> ObjectClient::ReadRanges(const std::vector<Rang
   out.reserve(ranges.size());
   for (auto& f : futures) out.push_back(f.get());
   return out;
+}
+
+Result<ObjectBytes> ObjectClient::Get(const std::string& key) {
+  HttpRequest req;
+  req.op = "get";
+  req.method = "GET";
+  req.url = ObjectUrl(key);
+  req.ctx = Context(key);
+  SC_ASSIGN_OR_RETURN(HttpResponse r, RunExchangeSync(driver_.get(), policy_, std::move(req)));
+  if (r.object_size != kUnknownSize && r.body.size() != r.object_size) {
+    return Unavailable("GET " + uri_.Describe(key) + " from " + endpoint_ + " returned " +
+                       std::to_string(r.body.size()) + " of " + std::to_string(r.object_size) + " bytes");
+  }
+  ReadBytesCounter()->Add(r.body.size());
+  return ObjectBytes{std::move(r.body), std::move(r.etag)};
 }
 
 Result<ListPage> ObjectClient::ListPageAt(const std::string& prefix, const std::string& token) {

@@ -14,7 +14,8 @@
 // Exchange's (exchange.h) and errors.h's: every failure names the endpoint, bucket and object.
 //
 // Thread safety: all methods may be called from any thread at once. Completions of ReadRangeAsync
-// run on the driver thread and must not block. Destroying the client cancels what is in flight
+// run on the driver thread and must not block (nor call the blocking methods: they would wait
+// for the thread they block). Destroying the client cancels what is in flight
 // (completions get Cancelled) and joins the driver thread.
 #pragma once
 
@@ -36,6 +37,11 @@ namespace shardcache::objstore {
 struct ObjectStat {
   uint64_t size = 0;
   std::string etag;  // as the server quotes it; "" when it sends none (some http servers)
+};
+
+struct ObjectBytes {
+  std::string bytes;
+  std::string etag;
 };
 
 // One ranged read: bytes [offset, offset + length) of `key`. expected_etag / expected_size are
@@ -60,6 +66,8 @@ class ObjectClient {
 
   // Size and ETag of `key` (HEAD). NotFound names a missing object or bucket.
   Result<ObjectStat> Stat(const std::string& key);
+  // The whole object with its ETag (one GET; small objects: manifests, sample indexes).
+  Result<ObjectBytes> Get(const std::string& key);
   // Exactly `length` bytes at `offset` (empty for length 0), or a named error; see RangeRead.
   Result<std::string> ReadRange(const std::string& key, uint64_t offset, uint64_t length,
                                 const std::string& expected_etag = "", uint64_t expected_size = kUnknownSize);

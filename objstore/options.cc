@@ -68,7 +68,7 @@ std::string Credentials::ToString() const {
 }
 
 std::string ObjectStoreOptions::ToString() const {
-  return "endpoint=" + (endpoint.empty() ? "(aws default)" : endpoint) + " region=" + region +
+  return "endpoint=" + (endpoint.empty() ? "(aws default)" : endpoint) + " region=" + (region.empty() ? "(environment or us-east-1)" : region) +
          " addressing=" + addressing + " credentials=" +
          (credentials.empty() ? "(from environment or file)"
                               : "access key id " + credentials.access_key_id + " (secret redacted) from config") +
@@ -85,11 +85,21 @@ Status ObjectStoreOptions::Validate() const {
   if (addressing != "auto" && addressing != "path" && addressing != "virtual") {
     return InvalidArgument("addressing '" + addressing + "' must be auto, path or virtual");
   }
-  if (region.empty()) return InvalidArgument("region must not be empty");
   if (max_connections == 0) return InvalidArgument("max_connections must be at least 1");
   if (max_attempts == 0) return InvalidArgument("max_attempts must be at least 1");
   if (list_page_keys == 0 || list_page_keys > 1000) return InvalidArgument("list_page_keys must be 1 to 1000");
   return CheckPair(credentials, "config");
+}
+
+ObjectStoreOptions WithEnvironmentDefaults(ObjectStoreOptions o) {
+  for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}) {
+    if (o.endpoint.empty()) o.endpoint = Env(name);
+  }
+  for (const char* name : {"AWS_REGION", "AWS_DEFAULT_REGION"}) {
+    if (o.region.empty()) o.region = Env(name);
+  }
+  if (o.region.empty()) o.region = "us-east-1";
+  return o;
 }
 
 Result<Credentials> ResolveCredentials(const ObjectStoreOptions& options) {

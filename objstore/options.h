@@ -33,11 +33,13 @@ struct Credentials {
 };
 
 struct ObjectStoreOptions {
-  // S3 endpoint: "http(s)://host[:port]". Default: "" = https://s3.REGION.amazonaws.com.
+  // S3 endpoint: "http(s)://host[:port]". Default: "" = $AWS_ENDPOINT_URL_S3, else
+  // $AWS_ENDPOINT_URL (the AWS CLI's variables), else https://s3.REGION.amazonaws.com.
   // Ignored for http(s):// object URIs, which name their own host.
   std::string endpoint;
-  // Region the requests are signed for. Default: "us-east-1".
-  std::string region = "us-east-1";
+  // Region the requests are signed for. Default: "" = $AWS_REGION, else $AWS_DEFAULT_REGION,
+  // else "us-east-1".
+  std::string region;
   // "auto": virtual-host style (https://BUCKET.host/KEY) for *.amazonaws.com endpoints, path
   // style (https://host/BUCKET/KEY) for any other (MinIO, Ceph RGW, loopback); "path";
   // "virtual". Default: "auto".
@@ -71,6 +73,9 @@ struct ObjectStoreOptions {
   // InvalidArgument naming the field: bad endpoint scheme, addressing, zero connections/attempts.
   Status Validate() const;
 };
+
+// `options` with the environment's endpoint and region filled in where they are empty (above).
+ObjectStoreOptions WithEnvironmentDefaults(ObjectStoreOptions options);
 
 // The credentials to sign with (see the header comment), or an empty Credentials when none are
 // configured anywhere. InvalidArgument when the file's profile lacks a key or a secret, or the

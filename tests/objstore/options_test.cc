@@ -82,6 +82,28 @@ TEST_CASE("option and credential strings never carry the secret or the session t
   CHECK_THAT(o.credentials.ToString(), !Catch::Contains("wJalrXUtnFEMI"));
 }
 
+TEST_CASE("endpoint and region default to the AWS CLI's environment variables", "[objstore]") {
+  ScopedEnv s3("AWS_ENDPOINT_URL_S3", nullptr), any("AWS_ENDPOINT_URL", "http://minio:9000"),
+      region("AWS_REGION", nullptr), def("AWS_DEFAULT_REGION", "eu-west-3");
+  ObjectStoreOptions o = WithEnvironmentDefaults(ObjectStoreOptions{});
+  CHECK(o.endpoint == "http://minio:9000");
+  CHECK(o.region == "eu-west-3");
+  ::setenv("AWS_ENDPOINT_URL_S3", "https://s3.internal", 1);
+  ::setenv("AWS_REGION", "ap-south-1", 1);
+  o = WithEnvironmentDefaults(ObjectStoreOptions{});
+  CHECK(o.endpoint == "https://s3.internal");
+  CHECK(o.region == "ap-south-1");
+  ObjectStoreOptions given;
+  given.endpoint = "http://127.0.0.1:1";
+  given.region = "us-west-2";
+  o = WithEnvironmentDefaults(given);
+  CHECK(o.endpoint == "http://127.0.0.1:1");
+  CHECK(o.region == "us-west-2");
+  ::unsetenv("AWS_REGION");
+  ::unsetenv("AWS_DEFAULT_REGION");
+  CHECK(WithEnvironmentDefaults(ObjectStoreOptions{}).region == "us-east-1");
+}
+
 TEST_CASE("options are validated naming the field", "[objstore]") {
   ObjectStoreOptions o;
   CHECK(o.Validate().ok());

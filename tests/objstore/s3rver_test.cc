@@ -70,6 +70,10 @@ TEST_CASE("objects put to s3rver are listed, stat'ed and read back byte-exact in
   REQUIRE(tail.ok());
   CHECK(*tail == big.substr(big.size() - 5));
   CHECK(client->ReadRange("sets/one/shards/a b+c.bin", 7, 0)->empty());
+  auto got = client->Get("sets/one/.shardcache/manifest.pb");
+  REQUIRE(got.ok());
+  CHECK(got->bytes == small);
+  CHECK_FALSE(got->etag.empty());
 }
 
 TEST_CASE("a listing follows continuation tokens across pages", "[objstore][s3rver]") {
