@@ -21,6 +21,7 @@
 #include "daemon/serve/origin_service.h"
 #include "daemon/upstream/file_source.h"
 #include "daemon/upstream/grpc_source.h"
+#include "daemon/upstream/object_source.h"
 #include "daemon/upstream/peer_group.h"
 
 namespace shardcache::daemon {
@@ -71,6 +72,14 @@ Status Daemon::BuildUpstream() {
   SC_ASSIGN_OR_RETURN(upstream::UpstreamUri u, upstream::ParseUpstreamUri(config_.upstream));
   if (u.scheme == upstream::UpstreamUri::Scheme::kFile) {
     auto source = upstream::FileSource::Open(u.path);
+    if (!source.ok()) return source.status().WithContext("upstream " + config_.upstream);
+    parts_->upstream = std::move(*source);
+    return Status::Ok();
+  }
+  if (u.scheme == upstream::UpstreamUri::Scheme::kObject) {
+    // Endpoint, region and credentials from the environment (AWS_ENDPOINT_URL, AWS_REGION,
+    // AWS_ACCESS_KEY_ID, ~/.aws/credentials; objstore/options.h) until config keys exist.
+    auto source = upstream::ObjectSource::Open(u.object, objstore::ObjectStoreOptions{});
     if (!source.ok()) return source.status().WithContext("upstream " + config_.upstream);
     parts_->upstream = std::move(*source);
     return Status::Ok();
