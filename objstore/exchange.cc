@@ -113,7 +113,10 @@ curl_slist* Exchange::BuildHeaders() const {
     add("Range: bytes=" + std::to_string(req_.offset + received_) + "-" +
         std::to_string(req_.offset + req_.length - 1));
   }
-  if (!req_.expect_etag.empty() && (req_.method == "GET" || req_.method == "HEAD")) {
+  // A weak ETag (W/"...") never matches If-Match's strong comparison: the arrival check below
+  // still compares it.
+  if (!req_.expect_etag.empty() && req_.expect_etag.rfind("W/", 0) != 0 &&
+      (req_.method == "GET" || req_.method == "HEAD")) {
     add("If-Match: " + req_.expect_etag);
   }
   if (!policy_.sigv4.empty()) {

@@ -74,7 +74,7 @@ TEST_CASE("min_free accepts a size as well as a percentage", "[config]") {
 
 TEST_CASE("unknown keys and bad values are all reported at once, each naming its key", "[config]") {
   auto c = ParseConfig(R"(
-upstream = "http://origin:80"
+upstream = "ftp://origin:80"
 colour = "blue"
 [listen]
 metrics = "localhost"
@@ -101,7 +101,7 @@ enabled = true
   INFO(c.status().message());
   CHECK(c.status().message().rfind("test.toml: 15 problems", 0) == 0);
   const std::vector<std::string> expected = {
-      "upstream: 'http://origin:80' is not a supported upstream",
+      "upstream: 'ftp://origin:80' is not a supported upstream",
       "colour: unknown key",
       "listen.metrics: 'localhost' is not host:port",
       "listen.socket: 'relative.sock' is not an absolute path",

@@ -142,6 +142,19 @@ TEST_CASE("libcurl's SigV4 signatures verify with botocore's signer; a wrong sec
   }
 }
 
+TEST_CASE("an endpoint nobody listens on is Unavailable after the retries, naming it", "[objstore][faults]") {
+  ObjectStoreOptions o;
+  o.endpoint = "http://127.0.0.1:" + std::to_string(shardcache::testing::FreePort());
+  o.max_attempts = 2;
+  o.backoff_initial_ms = 5;
+  auto client = ObjectClient::Open(*ParseObjectUri("s3://bucket"), o);
+  REQUIRE(client.ok());
+  auto r = (*client)->ReadRange("obj", 0, 10);
+  REQUIRE(r.status().code() == StatusCode::kUnavailable);
+  CHECK_THAT(r.status().message(), Catch::StartsWith("connection to " + o.endpoint + " failed during GET s3://bucket/obj"));
+  CHECK_THAT(r.status().message(), Catch::Contains("gave up after 2 attempts"));
+}
+
 // The ports the server saw requests come from: one per connection.
 std::set<std::string> ClientPorts(const std::string& log) {
   std::set<std::string> ports;
