@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -166,6 +167,30 @@ Status ObjectSource::Deliver(const DatasetPtr& d, uint32_t shard, uint64_t c, co
   return sink(c, chunk);
 }
 
+namespace {
+
+// Completed reads of one ReadChunks call, by chunk index. Shared with the reads' completions,
+// which may outlive the call (it returns early on an error or its deadline).
+struct Arrivals {
+  Mutex mu;
+  CondVar cv;
+  std::map<uint64_t, Result<std::string>> done GUARDED_BY(mu);
+};
+
+// Waits for chunk `c`'s read until `deadline`; DeadlineExceeded naming `object` after it.
+Result<std::string> AwaitChunk(Arrivals& a, uint64_t c, std::chrono::steady_clock::time_point deadline,
+                               const std::string& object) {
+  MutexLock lock(&a.mu);
+  const bool arrived = a.cv.WaitUntil(&a.mu, deadline, [&]() REQUIRES(a.mu) { return a.done.count(c) > 0; });
+  if (!arrived) return DeadlineExceeded("reading chunk " + std::to_string(c) + " of " + object + ": deadline passed");
+  auto it = a.done.find(c);
+  Result<std::string> r = std::move(it->second);
+  a.done.erase(it);
+  return r;
+}
+
+}  // namespace
+
 Status ObjectSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
                                 const ReadOptions& options, const ChunkSink& sink) {
   SC_RETURN_IF_ERROR(CheckDatasetName(d->name));
@@ -174,25 +199,27 @@ Status ObjectSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t fi
   const std::string key = DatasetKey(d->name, m.shards(static_cast<int>(shard)).path());
   const std::string object = client_->uri().Describe(key);
   const objstore::ObjectStat state = ShardState(d, shard);
-  for (uint64_t start = first; start < first + count; start += kReadWindowChunks) {
-    if (std::chrono::steady_clock::now() > options.deadline) {
-      return DeadlineExceeded("reading chunk " + std::to_string(start) + " of " + object + ": deadline passed");
+  auto arrivals = std::make_shared<Arrivals>();
+  const uint64_t end = first + count;
+  uint64_t next_read = first;
+  // A sliding window: chunk c + kReadWindowChunks is requested as chunk c is handed out, so the
+  // connections stay busy while the sink works, and chunks still go out in order.
+  for (uint64_t c = first; c < end; ++c) {
+    for (; next_read < end && next_read < c + kReadWindowChunks; ++next_read) {
+      const uint64_t i = next_read;
+      objstore::RangeRead read{key, i * m.chunk_bytes(), dataset::ChunkLength(m, shard, i), state.etag, state.size};
+      client_->ReadRangeAsync(read, [arrivals, i](Result<std::string> r) {
+        MutexLock lock(&arrivals->mu);
+        arrivals->done.emplace(i, std::move(r));
+        arrivals->cv.NotifyAll();
+      });
     }
-    const uint64_t end = std::min(first + count, start + kReadWindowChunks);
-    std::vector<objstore::RangeRead> window;
-    for (uint64_t c = start; c < end; ++c) {
-      window.push_back(objstore::RangeRead{key, c * m.chunk_bytes(), dataset::ChunkLength(m, shard, c), state.etag,
-                                           state.size});
+    Result<std::string> r = AwaitChunk(*arrivals, c, options.deadline, object);
+    if (!r.ok()) {
+      return r.status().WithContext("dataset '" + d->name + "' shard " + std::to_string(shard) + " chunk " +
+                                    std::to_string(c));
     }
-    std::vector<Result<std::string>> got = client_->ReadRanges(window);
-    for (uint64_t c = start; c < end; ++c) {
-      Result<std::string>& r = got[c - start];
-      if (!r.ok()) {
-        return r.status().WithContext("dataset '" + d->name + "' shard " + std::to_string(shard) + " chunk " +
-                                      std::to_string(c));
-      }
-      SC_RETURN_IF_ERROR(Deliver(d, shard, c, object, std::move(*r), sink));
-    }
+    SC_RETURN_IF_ERROR(Deliver(d, shard, c, object, std::move(*r), sink));
   }
   return Status::Ok();
 }

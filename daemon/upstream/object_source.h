@@ -11,7 +11,7 @@
 // OpenDataset HEADs the manifest and reloads it when its ETag changed (a re-indexed dataset is
 // published without a restart), then checks every shard object's size against the manifest
 // (DataLoss naming the object otherwise) and remembers the shards' ETags. ReadChunks reads
-// chunks with concurrent ranged GETs (a window of kReadWindowChunks in flight) that carry those
+// chunks with concurrent ranged GETs (a sliding window of kReadWindowChunks in flight) that carry those
 // ETags and sizes, so an object rewritten since is a named FailedPrecondition, never a mix; every
 // chunk is then verified against its manifest hash exactly as FileSource does (DataLoss naming
 // dataset, object, chunk and offset; counted in shardcache_objstore_checksum_failures_total).
@@ -34,7 +34,7 @@ namespace shardcache::upstream {
 
 class ObjectSource final : public ChunkSource {
  public:
-  // Chunks requested at once by ReadChunks: enough to keep a 64-connection pool busy for a
+  // Chunks in flight per ReadChunks call: enough to keep a 64-connection pool busy with a
   // few readers, little enough that a window (4 MiB chunks: 64 MiB) is held only briefly.
   static constexpr uint64_t kReadWindowChunks = 16;
 

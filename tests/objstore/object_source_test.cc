@@ -138,7 +138,8 @@ TEST_CASE("a shard object rewritten after indexing is a named error, and wrong b
 
 TEST_CASE("a dataset served by nginx over https is read by name, verified", "[objstore][upstream]") {
   shardcache::testing::TempDir root;
-  auto local = shardcache::testing::MakeRecordsDataset(root.path(), "pub/ds", 2, 80, 3000, 32 * 1024);
+  // 37 chunks per shard: more than ReadChunks keeps in flight, so its window slides.
+  auto local = shardcache::testing::MakeRecordsDataset(root.path(), "pub/ds", 2, 200, 3000, 16 * 1024);
   REQUIRE(local.ok());
   objstore::testing::Nginx nginx(root.path());
   objstore::ObjectStoreOptions o;
@@ -149,6 +150,7 @@ TEST_CASE("a dataset served by nginx over https is read by name, verified", "[ob
   INFO(d.status().ToString());
   REQUIRE(d.ok());
   CHECK((*d)->version == (*local)->version);
+  CHECK(dataset::ChunkCount((*d)->manifest, 0) > ObjectSource::kReadWindowChunks);
   for (uint32_t shard = 0; shard < 2; ++shard) {
     auto bytes = ReadShard(*src, *d, shard);
     INFO(bytes.status().ToString());
