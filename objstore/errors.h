@@ -7,7 +7,7 @@
 //                      AccessDenied, 401, 403)
 //   FailedPrecondition "object X changed since it was indexed (ETag a → b, size m → n); re-run
 //                      shardctl index" (412, or an ETag / Content-Range total that differs)
-//   OutOfRange         a range past the end of the object (416)
+//   OutOfRange         a range past the end of the object (416, or cut short at its end)
 //   Unavailable        throttling (503 SlowDown, 429), 5xx and dropped connections: retryable;
 //                      once retries are exhausted the message names the object, the range and
 //                      the bytes received

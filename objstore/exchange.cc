@@ -33,16 +33,16 @@ std::string Lower(std::string s) {
   return s;
 }
 
-// "bytes START-END/TOTAL" → start and total; false when malformed ("*" totals included).
-bool ParseContentRange(const std::string& v, uint64_t* start, uint64_t* total) {
+// "bytes START-END/TOTAL" → start, end and total; false when malformed ("*" totals included).
+bool ParseContentRange(const std::string& v, uint64_t* start, uint64_t* end, uint64_t* total) {
   if (v.rfind("bytes ", 0) != 0) return false;
-  char* end = nullptr;
-  *start = std::strtoull(v.c_str() + 6, &end, 10);
-  if (*end != '-') return false;
-  const size_t slash = v.find('/');
-  if (slash == std::string::npos || slash + 1 >= v.size() || v[slash + 1] == '*') return false;
-  *total = std::strtoull(v.c_str() + slash + 1, &end, 10);
-  return *end == '\0';
+  char* p = nullptr;
+  *start = std::strtoull(v.c_str() + 6, &p, 10);
+  if (*p != '-') return false;
+  *end = std::strtoull(p + 1, &p, 10);
+  if (*p != '/' || p[1] == '*' || p[1] == '\0') return false;
+  *total = std::strtoull(p + 1, &p, 10);
+  return *p == '\0';
 }
 
 std::string CurlText(CURLcode code, const char* detail) {
@@ -238,8 +238,8 @@ Status Exchange::CheckHeaders(long code) {
   const std::string etag = headers_.count("etag") ? headers_["etag"] : "";
   uint64_t total = kUnknownSize;
   if (req_.ranged) {
-    uint64_t start = 0;
-    if (code != 206 || !ParseContentRange(headers_["content-range"], &start, &total)) {
+    uint64_t start = 0, end = 0;
+    if (code != 206 || !ParseContentRange(headers_["content-range"], &start, &end, &total)) {
       return Internal(req_.ctx.endpoint + " answered a ranged GET of " + req_.ctx.object + " with HTTP " +
                       std::to_string(code) + " and Content-Range '" + headers_["content-range"] +
                       "' (a server that ignores Range cannot be read)");
@@ -247,6 +247,12 @@ Status Exchange::CheckHeaders(long code) {
     if (start != req_.offset + received_) {
       return Internal(req_.ctx.endpoint + " sent " + req_.ctx.object + " from byte " + std::to_string(start) +
                       ", not the " + std::to_string(req_.offset + received_) + " asked for");
+    }
+    if (end != req_.offset + req_.length - 1 && req_.expect_size == kUnknownSize) {
+      // The server cut the range at the object's end (a size check, when the size is known,
+      // names the changed object below instead).
+      return OutOfRange("bytes " + std::to_string(req_.offset) + "-" + std::to_string(req_.offset + req_.length - 1) +
+                        " reach past the end of " + req_.ctx.object + " (" + std::to_string(total) + " bytes)");
     }
   } else if (headers_.count("content-length")) {
     total = std::strtoull(headers_["content-length"].c_str(), nullptr, 10);

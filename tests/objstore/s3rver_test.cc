@@ -70,6 +70,11 @@ TEST_CASE("objects put to s3rver are listed, stat'ed and read back byte-exact in
   REQUIRE(tail.ok());
   CHECK(*tail == big.substr(big.size() - 5));
   CHECK(client->ReadRange("sets/one/shards/a b+c.bin", 7, 0)->empty());
+  auto past = client->ReadRange("sets/one/shards/a b+c.bin", big.size() - 5, 10);
+  REQUIRE(past.status().code() == StatusCode::kOutOfRange);
+  CHECK_THAT(past.status().message(), Catch::Contains("reach past the end of s3://test-bucket/sets/one/shards/a b+c.bin"));
+  CHECK(client->ReadRange("sets/one/shards/a b+c.bin", big.size() + 5, 10).status().code() ==
+        StatusCode::kOutOfRange);
   auto got = client->Get("sets/one/.shardcache/manifest.pb");
   REQUIRE(got.ok());
   CHECK(got->bytes == small);
