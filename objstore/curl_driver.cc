@@ -26,10 +26,21 @@ Result<std::unique_ptr<CurlDriver>> CurlDriver::Start(uint32_t max_transfers) {
   return d;
 }
 
-CurlDriver::~CurlDriver() {
-  stop_.store(true, std::memory_order_release);
+void CurlDriver::Stop() {
+  {
+    // Under mu_, so that a Submit either queues before the flag (and AbortAll finishes it) or
+    // sees it and refuses.
+    MutexLock l(&mu_);
+    stop_.store(true, std::memory_order_release);
+  }
   curl_multi_wakeup(multi_);
-  if (thread_.joinable()) thread_.join();
+  std::call_once(joined_, [this] {
+    if (thread_.joinable()) thread_.join();
+  });
+}
+
+CurlDriver::~CurlDriver() {
+  Stop();
   curl_multi_cleanup(multi_);
 }
 

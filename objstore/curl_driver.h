@@ -8,8 +8,9 @@
 // transfers to the same host; the pool holds at most `max_transfers` connections.
 //
 // Begin and Finish run on the driver thread and must not block. Finish may Submit again (a
-// retry). When the driver stops (destructor) every queued or running transfer gets Finish with
-// CURLE_ABORTED_BY_CALLBACK and stopping() is true; Submit then returns false and does nothing.
+// retry). When the driver stops (Stop or the destructor) every queued or running transfer gets
+// Finish with CURLE_ABORTED_BY_CALLBACK and stopping() is true; Submit then returns false and
+// does nothing.
 //
 // Thread safety: Submit may be called from any thread, including from Begin/Finish.
 #pragma once
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -50,6 +52,9 @@ class CurlDriver {
   static Result<std::unique_ptr<CurlDriver>> Start(uint32_t max_transfers);
   ~CurlDriver();
   CurlDriver(const CurlDriver&) = delete;
+  // Ends every transfer now (see above) and joins the thread. Idempotent. REQUIRES: not called
+  // from Begin/Finish (the driver thread).
+  void Stop();
   CurlDriver& operator=(const CurlDriver&) = delete;
 
   // Queues `t` to begin no earlier than `not_before`. False (and nothing queued) once stopping.
@@ -75,6 +80,7 @@ class CurlDriver {
   const uint32_t max_transfers_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  std::once_flag joined_;
   // Driver thread only: running transfers by easy handle.
   std::map<CURL*, std::shared_ptr<Transfer>> running_;
 

@@ -113,6 +113,8 @@ ObjectClient::ObjectClient(ObjectUri uri, std::string endpoint, bool virtual_hos
 
 ObjectClient::~ObjectClient() { driver_.reset(); }
 
+void ObjectClient::Shutdown() { driver_->Stop(); }
+
 std::string ObjectClient::ObjectUrl(const std::string& key) const {
   if (!uri_.is_s3()) return endpoint_ + "/" + UriEncode(key, true);
   if (!virtual_host_) return endpoint_ + "/" + uri_.bucket + "/" + UriEncode(key, true);

@@ -78,6 +78,9 @@ class ObjectClient {
   // Every object whose key starts with `prefix` (ListObjectsV2, following continuation tokens),
   // in the store's (lexicographic) order. Unimplemented for http(s):// stores.
   Result<std::vector<ObjectInfo>> List(const std::string& prefix);
+  // Ends every request in flight or waiting for a retry with Cancelled, and makes later ones
+  // fail at once with Cancelled (the daemon is stopping). Idempotent.
+  void Shutdown();
   // Stores `bytes` as `key` in one PUT; returns its ETag. Unimplemented for http(s):// stores.
   Result<std::string> Put(const std::string& key, const std::string& bytes);
 

@@ -48,6 +48,8 @@ class ObjectSource final : public ChunkSource {
   Result<std::string> GetSampleIndex(const DatasetPtr& dataset, uint32_t shard) override;
   Status ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& options, const ChunkSink& sink) override;
+  // Requests in flight end with Cancelled, later ones fail at once (ObjectClient::Shutdown).
+  void Shutdown() override { client_->Shutdown(); }
 
   objstore::ObjectClient& client() { return *client_; }
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "objstore/object_client.h"
@@ -153,6 +154,23 @@ TEST_CASE("an endpoint nobody listens on is Unavailable after the retries, namin
   REQUIRE(r.status().code() == StatusCode::kUnavailable);
   CHECK_THAT(r.status().message(), Catch::StartsWith("connection to " + o.endpoint + " failed during GET s3://bucket/obj"));
   CHECK_THAT(r.status().message(), Catch::Contains("gave up after 2 attempts"));
+}
+
+TEST_CASE("Shutdown ends reads in flight with Cancelled at once, and later ones too", "[objstore][faults]") {
+  testing::FaultServer server("delay:3000", kSize);
+  auto client = OpenClient(server);
+  std::vector<RangeRead> ranges(4, RangeRead{"prefix/obj", 0, 100});
+  std::vector<Result<std::string>> results;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread reader([&] { results = client->ReadRanges(ranges); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  client->Shutdown();
+  reader.join();
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2000));
+  REQUIRE(results.size() == 4);
+  for (const auto& r : results) CHECK(r.status().code() == StatusCode::kCancelled);
+  CHECK(client->ReadRange("prefix/obj", 0, 10).status().code() == StatusCode::kCancelled);
+  client->Shutdown();  // idempotent
 }
 
 // The ports the server saw requests come from: one per connection.
