@@ -77,9 +77,8 @@ Status Daemon::BuildUpstream() {
     return Status::Ok();
   }
   if (u.scheme == upstream::UpstreamUri::Scheme::kObject) {
-    // Endpoint, region and credentials from the environment (AWS_ENDPOINT_URL, AWS_REGION,
-    // AWS_ACCESS_KEY_ID, ~/.aws/credentials; objstore/options.h) until config keys exist.
-    auto source = upstream::ObjectSource::Open(u.object, objstore::ObjectStoreOptions{});
+    // [objstore]; what it leaves empty comes from the environment (objstore/options.h).
+    auto source = upstream::ObjectSource::Open(u.object, config_.objstore);
     if (!source.ok()) return source.status().WithContext("upstream " + config_.upstream);
     parts_->upstream = std::move(*source);
     return Status::Ok();

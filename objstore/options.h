@@ -30,6 +30,7 @@ struct Credentials {
   bool empty() const { return access_key_id.empty(); }
   // "access key id AKIA... (secret redacted, session token redacted|none) from SOURCE".
   std::string ToString() const;
+  bool operator==(const Credentials&) const = default;
 };
 
 struct ObjectStoreOptions {
@@ -70,6 +71,7 @@ struct ObjectStoreOptions {
 
   // Names every field, secrets redacted.
   std::string ToString() const;
+  bool operator==(const ObjectStoreOptions&) const = default;
   // InvalidArgument naming the field: bad endpoint scheme, addressing, zero connections/attempts.
   Status Validate() const;
 };
