@@ -140,13 +140,34 @@ Status ObjectClient::ProbeBucket() {
   return RunExchangeSync(driver_.get(), policy_, std::move(req)).status();
 }
 
-Result<ObjectStat> ObjectClient::Stat(const std::string& key) {
+HttpRequest ObjectClient::HeadRequest(const std::string& key) const {
   HttpRequest req;
   req.op = "head";
   req.method = "HEAD";
   req.url = ObjectUrl(key);
   req.ctx = Context(key);
-  Result<HttpResponse> r = RunExchangeSync(driver_.get(), policy_, std::move(req));
+  return req;
+}
+
+std::vector<Result<ObjectStat>> ObjectClient::StatMany(const std::vector<std::string>& keys) {
+  std::vector<std::promise<Result<ObjectStat>>> promises(keys.size());
+  std::vector<std::future<Result<ObjectStat>>> futures;
+  futures.reserve(keys.size());
+  for (auto& p : promises) futures.push_back(p.get_future());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    RunExchange(driver_.get(), policy_, HeadRequest(keys[i]), [p = &promises[i]](Result<HttpResponse> r) {
+      if (!r.ok()) return p->set_value(r.status());
+      p->set_value(ObjectStat{r->object_size == kUnknownSize ? 0 : r->object_size, r->etag});
+    });
+  }
+  std::vector<Result<ObjectStat>> out;
+  out.reserve(keys.size());
+  for (auto& f : futures) out.push_back(f.get());
+  return out;
+}
+
+Result<ObjectStat> ObjectClient::Stat(const std::string& key) {
+  Result<HttpResponse> r = RunExchangeSync(driver_.get(), policy_, HeadRequest(key));
   if (!r.ok()) {
     // A HEAD response has no body to tell a missing bucket from a missing object: ask the bucket.
     if (r.status().code() == StatusCode::kNotFound && uri_.is_s3()) {

@@ -66,6 +66,9 @@ class ObjectClient {
 
   // Size and ETag of `key` (HEAD). NotFound names a missing object or bucket.
   Result<ObjectStat> Stat(const std::string& key);
+  // Stat of every key, the HEADs run concurrently; result i belongs to keys[i]. (A missing
+  // bucket is not told from a missing object here: NotFound names the object.)
+  std::vector<Result<ObjectStat>> StatMany(const std::vector<std::string>& keys);
   // The whole object with its ETag (one GET; small objects: manifests, sample indexes).
   Result<ObjectBytes> Get(const std::string& key);
   // Exactly `length` bytes at `offset` (empty for length 0), or a named error; see RangeRead.
@@ -93,6 +96,7 @@ class ObjectClient {
   // URL of the bucket itself with a query (already canonical: sorted, encoded).
   std::string BucketUrl(const std::string& query) const;
   ErrorContext Context(const std::string& key) const;
+  HttpRequest HeadRequest(const std::string& key) const;
   Result<ListPage> ListPageAt(const std::string& prefix, const std::string& token);
   Status ProbeBucket();
 

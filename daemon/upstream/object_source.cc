@@ -61,32 +61,34 @@ Result<std::vector<v1::DatasetSummary>> ObjectSource::ListDatasets() {
 
 Result<std::vector<objstore::ObjectStat>> ObjectSource::StatShards(const dataset::Dataset& d) {
   const auto& m = d.manifest;
-  std::unordered_map<std::string, objstore::ObjectInfo> listed;
+  std::vector<std::string> keys;
+  for (int i = 0; i < m.shards_size(); ++i) keys.push_back(DatasetKey(d.name, m.shards(i).path()));
+  std::vector<Result<objstore::ObjectStat>> stats;
   if (client_->uri().is_s3()) {
     // One listing (a request per 1000 keys) instead of a HEAD per shard.
     SC_ASSIGN_OR_RETURN(auto objects, client_->List(DatasetKey(d.name, "")));
-    for (auto& o : objects) listed.emplace(o.key, std::move(o));
+    std::unordered_map<std::string, objstore::ObjectStat> listed;
+    for (auto& o : objects) listed.emplace(o.key, objstore::ObjectStat{o.size, o.etag});
+    for (const auto& key : keys) {
+      auto it = listed.find(key);
+      if (it != listed.end()) stats.emplace_back(it->second);
+      else stats.emplace_back(NotFound(client_->uri().Describe(key) + " does not exist at " + client_->endpoint()));
+    }
+  } else {
+    stats = client_->StatMany(keys);  // concurrent HEADs: no listing over plain http(s)
   }
   std::vector<objstore::ObjectStat> out;
   for (int i = 0; i < m.shards_size(); ++i) {
-    const std::string key = DatasetKey(d.name, m.shards(i).path());
-    objstore::ObjectStat st;
-    if (client_->uri().is_s3()) {
-      auto it = listed.find(key);
-      if (it == listed.end()) {
-        return NotFound("shard " + std::to_string(i) + " of dataset '" + d.name + "' (" +
-                        client_->uri().Describe(key) + ") does not exist at " + client_->endpoint());
-      }
-      st = objstore::ObjectStat{it->second.size, it->second.etag};
-    } else {
-      SC_ASSIGN_OR_RETURN(st, client_->Stat(key));
+    Result<objstore::ObjectStat>& st = stats[static_cast<size_t>(i)];
+    if (!st.ok()) {
+      return st.status().WithContext("shard " + std::to_string(i) + " of dataset '" + d.name + "'");
     }
-    if (st.size != m.shards(i).size_bytes()) {
-      return DataLoss(client_->uri().Describe(key) + " (shard " + std::to_string(i) + " of dataset '" + d.name +
-                      "') is " + std::to_string(st.size) + " bytes; its manifest says " +
+    if (st->size != m.shards(i).size_bytes()) {
+      return DataLoss(client_->uri().Describe(keys[static_cast<size_t>(i)]) + " (shard " + std::to_string(i) +
+                      " of dataset '" + d.name + "') is " + std::to_string(st->size) + " bytes; its manifest says " +
                       std::to_string(m.shards(i).size_bytes()) + " — re-index the dataset");
     }
-    out.push_back(std::move(st));
+    out.push_back(std::move(*st));
   }
   return out;
 }

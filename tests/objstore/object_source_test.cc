@@ -157,6 +157,14 @@ TEST_CASE("a dataset served by nginx over https is read by name, verified", "[ob
     REQUIRE(bytes.ok());
     CHECK(*bytes == ReadFile(root / ("pub/ds/" + (*d)->manifest.shards(static_cast<int>(shard)).path())));
   }
+  // A shard file gone from the server: the dataset does not open, naming the shard.
+  const std::string gone = "pub/ds/" + (*d)->manifest.shards(1).path();
+  fs::remove(root / gone);
+  auto fresh = OpenSource(nginx.https_origin() + "/pub", o);
+  auto missing = fresh->OpenDataset("ds");
+  REQUIRE(missing.status().code() == StatusCode::kNotFound);
+  CHECK_THAT(missing.status().message(), Catch::StartsWith("shard 1 of dataset 'ds': object " + nginx.https_origin() +
+                                                           "/" + gone + " does not exist"));
 }
 
 }  // namespace
