@@ -277,7 +277,11 @@ void Exchange::Finish(CURLcode result) {
     const Status s = Unavailable("connection to " + req_.ctx.endpoint + " failed during " + req_.method + " " +
                                  (req_.ctx.object.empty() ? "bucket " + req_.ctx.bucket : req_.ctx.object) +
                                  RangeText() + ": " + CurlText(result, curl_error_));
-    if (FatalTransport(result)) return Complete(FailedPrecondition(s.message()));
+    if (FatalTransport(result)) {
+      const bool tls = result == CURLE_PEER_FAILED_VERIFICATION || result == CURLE_SSL_CACERT_BADFILE ||
+                       result == CURLE_SSL_CERTPROBLEM;
+      return Complete(FailedPrecondition(s.message() + (tls ? " (check the CA bundle: objstore.ca)" : "")));
+    }
     return Retry(s, "dropped");
   }
   long code = 0;

@@ -16,7 +16,7 @@ metrics::Counter* RequestsCounter(const std::string& op) {
 
 metrics::Counter* ReadBytesCounter() {
   static metrics::Counter* c = metrics::Registry::Global().GetCounter(
-      "shardcache_objstore_read_bytes_total", "Body bytes received from object storage by ranged GETs");
+      "shardcache_objstore_read_bytes_total", "Object bytes received from object storage by GETs");
   return c;
 }
 

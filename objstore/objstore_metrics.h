@@ -1,6 +1,6 @@
 // Process-wide counters of the object-store client (metrics::Registry::Global()):
 //   shardcache_objstore_requests_total{op}      HTTP attempts begun, op = get|head|list|put
-//   shardcache_objstore_read_bytes_total        body bytes received by ranged GETs
+//   shardcache_objstore_read_bytes_total        object bytes received by GETs (ranged or whole)
 //   shardcache_objstore_written_bytes_total     bytes uploaded by PUTs that succeeded
 //   shardcache_objstore_retries_total{reason}   attempts retried: reason = throttled (503
 //                                               SlowDown, 429) | server (other 5xx) | dropped

@@ -83,6 +83,7 @@ TEST_CASE("https with a certificate the CA bundle does not vouch for fails at on
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(900));
   REQUIRE(st.status().code() == StatusCode::kFailedPrecondition);
   CHECK_THAT(st.status().message(), Catch::Contains(nginx.https_origin()));
+  CHECK_THAT(st.status().message(), Catch::Contains("check the CA bundle"));
   o.verify_tls = false;
   CHECK(OpenClient(nginx.https_origin(), o)->Stat("f.bin").ok());
 }
