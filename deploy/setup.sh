@@ -34,7 +34,7 @@ install_s3rver() {
   if ! command -v npm >/dev/null 2>&1; then
     # Debian's nodejs ships without npm (NodeSource's includes it).
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm >/dev/null
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
   fi
   echo "setup: installing s3rver@$S3RVER_VERSION from npm"
   $SUDO npm install -g --no-audit --no-fund --loglevel=error "s3rver@$S3RVER_VERSION" >/dev/null
