@@ -81,6 +81,27 @@ TEST_CASE("objects put to s3rver are listed, stat'ed and read back byte-exact in
   CHECK_FALSE(got->etag.empty());
 }
 
+TEST_CASE("virtual-host addressing names the bucket in the host", "[objstore][s3rver]") {
+  testing::S3rver server("test-bucket", "localhost");
+  ObjectStoreOptions o = S3rverOptions(server);
+  // curl resolves every *.localhost name to the loopback address itself.
+  o.endpoint = "http://s3.localhost:" + std::to_string(server.port());
+  o.addressing = "virtual";
+  auto client = OpenClient("s3://test-bucket/v", o);
+  REQUIRE(client->Put("v/obj", "virtual bytes").ok());
+  auto list = client->List("v/");
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 1);
+  CHECK((*list)[0].key == "v/obj");
+  auto r = client->ReadRange("v/obj", 8, 5);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  CHECK(*r == "bytes");
+  // The same object through path-style addressing: it is the same bucket.
+  auto path_style = OpenClient("s3://test-bucket", S3rverOptions(server));
+  CHECK(*path_style->ReadRange("v/obj", 0, 7) == "virtual");
+}
+
 TEST_CASE("a listing follows continuation tokens across pages", "[objstore][s3rver]") {
   testing::S3rver server;
   ObjectStoreOptions o = S3rverOptions(server);

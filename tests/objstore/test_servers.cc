@@ -48,14 +48,18 @@ void RequireProgram(const std::string& program) {
   }
 }
 
-S3rver::S3rver(const std::string& bucket) {
+S3rver::S3rver(const std::string& bucket, const std::string& service_endpoint) {
   RequireProgram("s3rver");
   port_ = FreePort();
-  proc_ = std::make_unique<Process>(
-      // s3rver's continuation tokens use DES, which Node's OpenSSL 3 keeps in its legacy provider.
-      std::vector<std::string>{"env", "NODE_OPTIONS=--openssl-legacy-provider", "s3rver", "-d", dir_ / "data", "-a", "127.0.0.1", "-p", std::to_string(port_), "-s",
-                               "--configure-bucket", bucket},
-      dir_ / "s3rver.log");
+  // s3rver's continuation tokens use DES, which Node's OpenSSL 3 keeps in its legacy provider.
+  std::vector<std::string> argv = {"env", "NODE_OPTIONS=--openssl-legacy-provider", "s3rver", "-d", dir_ / "data",
+                                   "-a", "127.0.0.1", "-p", std::to_string(port_), "-s",
+                                   "--configure-bucket", bucket};
+  if (!service_endpoint.empty()) {
+    argv.push_back("--service-endpoint");
+    argv.push_back(service_endpoint);
+  }
+  proc_ = std::make_unique<Process>(argv, dir_ / "s3rver.log");
   WaitReady(*proc_, "s3rver", dir_ / "s3rver.log", [&] { return PortOpen(port_); });
 }
 

@@ -16,8 +16,10 @@ namespace shardcache::objstore::testing {
 // S3RVER (secret S3RVER); it checks the access key id but, in version 3, not SigV4 signatures.
 class S3rver {
  public:
-  explicit S3rver(const std::string& bucket = "test-bucket");
+  // `service_endpoint`: the domain virtual-host requests name (BUCKET.s3.DOMAIN); "" = s3rver's.
+  explicit S3rver(const std::string& bucket = "test-bucket", const std::string& service_endpoint = "");
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
 
  private:
   shardcache::testing::TempDir dir_;
