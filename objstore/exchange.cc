@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <map>
 #include <random>
@@ -169,6 +170,8 @@ CURL* Exchange::Begin() {
   put_pos_ = 0;
   curl_error_[0] = '\0';
   if (!req_.ranged) data_.clear();
+  // One allocation for the whole range, not a doubling string.
+  if (req_.ranged && req_.dest == nullptr) data_.reserve(req_.length);
   SetCommonOptions(c);
   if (req_.method == "HEAD") {
     curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
@@ -219,8 +222,10 @@ size_t Exchange::OnBody(char* data, size_t size, size_t n, void* self_ptr) {
       self->fatal_ = Internal("server sent more than the requested range of " + self->req_.ctx.object);
       return 0;
     }
+    if (self->req_.dest != nullptr) std::memcpy(self->req_.dest + self->received_, data, bytes);
     self->received_ += bytes;
     ReadBytesCounter()->Add(bytes);
+    if (self->req_.dest != nullptr) return bytes;
   }
   self->data_.append(data, bytes);
   return bytes;

@@ -58,6 +58,9 @@ struct HttpRequest {
   bool ranged = false;
   uint64_t offset = 0;
   uint64_t length = 0;
+  // Ranged GET only: where the range's bytes go (length bytes, owned by the caller, valid until
+  // the completion runs); null = into HttpResponse::body.
+  uint8_t* dest = nullptr;
   std::string expect_etag;               // "" = take the first response's
   uint64_t expect_size = kUnknownSize;   // the whole object's size
   ErrorContext ctx;

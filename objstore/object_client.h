@@ -46,12 +46,16 @@ struct ObjectBytes {
 
 // One ranged read: bytes [offset, offset + length) of `key`. expected_etag / expected_size are
 // the object's as indexed ("" / kUnknownSize: not checked, but pinned to the first response).
+// `dest`, when set, receives the bytes instead of the result string (which is then empty): the
+// caller's buffer of `length` bytes, valid until the read completes — a failed read may leave
+// part of it written.
 struct RangeRead {
   std::string key;
   uint64_t offset = 0;
   uint64_t length = 0;
   std::string expected_etag;
   uint64_t expected_size = kUnknownSize;
+  uint8_t* dest = nullptr;
 };
 
 class ObjectClient {

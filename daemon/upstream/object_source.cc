@@ -150,18 +150,16 @@ objstore::ObjectStat ObjectSource::ShardState(const DatasetPtr& d, uint32_t shar
 }
 
 Status ObjectSource::Deliver(const DatasetPtr& d, uint32_t shard, uint64_t c, const std::string& object,
-                             std::string bytes, const ChunkSink& sink) {
+                             std::shared_ptr<Chunk> chunk, const ChunkSink& sink) {
   const auto& m = d->manifest;
-  auto chunk = std::make_shared<Chunk>();
-  chunk->bytes = AlignedBuffer(bytes.size());
-  std::memcpy(chunk->bytes.data(), bytes.data(), bytes.size());
-  chunk->hash = ChunkDigest(chunk->bytes.data(), bytes.size());
+  const size_t len = chunk->bytes.size();
+  chunk->hash = ChunkDigest(chunk->bytes.data(), len);
   const Hash128 want = dataset::ChunkHash(m, shard, c);
   if (chunk->hash != want) {
     ChecksumFailures()->Add();
     const std::string msg = object + " (dataset '" + d->name + "', shard " + std::to_string(shard) + ", chunk " +
                             std::to_string(c) + ", offset " + std::to_string(c * m.chunk_bytes()) + ", " +
-                            std::to_string(bytes.size()) + " bytes): xxh3-128 is " + chunk->hash.ToHex() +
+                            std::to_string(len) + " bytes): xxh3-128 is " + chunk->hash.ToHex() +
                             ", the manifest says " + want.ToHex();
     SC_LOG_RATE_LIMITED(spdlog::level::err, "corrupt chunk: {}", msg);
     return DataLoss(msg);
@@ -171,22 +169,25 @@ Status ObjectSource::Deliver(const DatasetPtr& d, uint32_t shard, uint64_t c, co
 
 namespace {
 
+using ChunkBuffer = std::shared_ptr<Chunk>;
+
 // Completed reads of one ReadChunks call, by chunk index. Shared with the reads' completions,
-// which may outlive the call (it returns early on an error or its deadline).
+// which may outlive the call (it returns early on an error or its deadline); each completion
+// also holds the buffer its read writes into.
 struct Arrivals {
   Mutex mu;
   CondVar cv;
-  std::map<uint64_t, Result<std::string>> done GUARDED_BY(mu);
+  std::map<uint64_t, Result<ChunkBuffer>> done GUARDED_BY(mu);
 };
 
 // Waits for chunk `c`'s read until `deadline`; DeadlineExceeded naming `object` after it.
-Result<std::string> AwaitChunk(Arrivals& a, uint64_t c, std::chrono::steady_clock::time_point deadline,
+Result<ChunkBuffer> AwaitChunk(Arrivals& a, uint64_t c, std::chrono::steady_clock::time_point deadline,
                                const std::string& object) {
   MutexLock lock(&a.mu);
   const bool arrived = a.cv.WaitUntil(&a.mu, deadline, [&]() REQUIRES(a.mu) { return a.done.count(c) > 0; });
   if (!arrived) return DeadlineExceeded("reading chunk " + std::to_string(c) + " of " + object + ": deadline passed");
   auto it = a.done.find(c);
-  Result<std::string> r = std::move(it->second);
+  Result<ChunkBuffer> r = std::move(it->second);
   a.done.erase(it);
   return r;
 }
@@ -209,14 +210,18 @@ Status ObjectSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t fi
   for (uint64_t c = first; c < end; ++c) {
     for (; next_read < end && next_read < c + kReadWindowChunks; ++next_read) {
       const uint64_t i = next_read;
-      objstore::RangeRead read{key, i * m.chunk_bytes(), dataset::ChunkLength(m, shard, i), state.etag, state.size};
-      client_->ReadRangeAsync(read, [arrivals, i](Result<std::string> r) {
+      // The bytes land in the chunk's own aligned buffer: no copy between the socket and it.
+      auto chunk = std::make_shared<Chunk>();
+      chunk->bytes = AlignedBuffer(dataset::ChunkLength(m, shard, i));
+      objstore::RangeRead read{key,        i * m.chunk_bytes(), chunk->bytes.size(), state.etag,
+                               state.size, chunk->bytes.data()};
+      client_->ReadRangeAsync(read, [arrivals, i, chunk](Result<std::string> r) {
         MutexLock lock(&arrivals->mu);
-        arrivals->done.emplace(i, std::move(r));
+        arrivals->done.emplace(i, r.ok() ? Result<ChunkBuffer>(chunk) : Result<ChunkBuffer>(r.status()));
         arrivals->cv.NotifyAll();
       });
     }
-    Result<std::string> r = AwaitChunk(*arrivals, c, options.deadline, object);
+    Result<ChunkBuffer> r = AwaitChunk(*arrivals, c, options.deadline, object);
     if (!r.ok()) {
       return r.status().WithContext("dataset '" + d->name + "' shard " + std::to_string(shard) + " chunk " +
                                     std::to_string(c));

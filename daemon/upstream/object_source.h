@@ -71,9 +71,9 @@ class ObjectSource final : public ChunkSource {
   // The shard objects' state for `d` when it is the version loaded last (else: unknown ETags,
   // the manifest's sizes).
   objstore::ObjectStat ShardState(const DatasetPtr& d, uint32_t shard);
-  // Verifies chunk `c` read from `object` and hands it to `sink`.
-  Status Deliver(const DatasetPtr& d, uint32_t shard, uint64_t c, const std::string& object, std::string bytes,
-                 const ChunkSink& sink);
+  // Verifies chunk `c` read from `object` (its bytes in place) and hands it to `sink`.
+  Status Deliver(const DatasetPtr& d, uint32_t shard, uint64_t c, const std::string& object,
+                 std::shared_ptr<Chunk> chunk, const ChunkSink& sink);
 
   std::unique_ptr<objstore::ObjectClient> client_;
   Mutex mu_;

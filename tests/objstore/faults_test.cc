@@ -54,6 +54,15 @@ TEST_CASE("a connection dropped mid-body resumes at the first missing byte", "[o
   CHECK(Count(log, "bytes=301000-400999") == 1);
   CHECK(Count(log, "GET ") == 3);
   CHECK(RetriesCounter("dropped")->Value() - retries == 2);
+
+  // Into the caller's buffer, the resumed attempts write where the dropped ones stopped.
+  testing::FaultServer again("drop:2", kSize);
+  std::string buffer(400000, '\0');
+  auto direct = OpenClient(again)->ReadRanges({RangeRead{"prefix/obj", 1000, 400000, "", kUnknownSize,
+                                                          reinterpret_cast<uint8_t*>(buffer.data())}});
+  REQUIRE(direct[0].ok());
+  CHECK(buffer == Expected(1000, 400000));
+  CHECK(Count(again.RequestLog(), "GET ") == 3);
 }
 
 TEST_CASE("a server that keeps dropping gives Unavailable naming the object and the range", "[objstore][faults]") {
