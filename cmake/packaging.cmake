@@ -50,7 +50,10 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
 # Runtime dependencies (libgrpc++, librocksdb, liburing, ...) computed from the binaries.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_LIBRARY_OUTPUT_DIRECTORY})
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser")
+# ca-certificates: s3:// and https:// upstreams (libcurl) verify servers with the system's CA
+# bundle unless [objstore] ca names one; libcurl4 only recommends it, and the container image
+# installs without recommends.
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, ca-certificates")
 # A shlibs file, so that programs built against libshardcache depend on this package.
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")

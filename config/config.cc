@@ -422,6 +422,66 @@ const std::vector<KeySpec>& Specs() {
           if (auto v = ReadBool(n, k, p)) c.tls.require_client_cert = *v;
         },
         SC_SAME(tls.require_client_cert));
+    using ObjOpts = objstore::ObjectStoreOptions;
+    for (auto [name, member] : {std::pair{"objstore.endpoint", &ObjOpts::endpoint},
+                                std::pair{"objstore.region", &ObjOpts::region},
+                                std::pair{"objstore.addressing", &ObjOpts::addressing},
+                                std::pair{"objstore.credentials_file", &ObjOpts::credentials_file},
+                                std::pair{"objstore.profile", &ObjOpts::profile},
+                                std::pair{"objstore.ca", &ObjOpts::ca_file}}) {
+      auto field = member;
+      add(name, false,
+          [field](const std::string& k, N n, Config& c, Problems& p) {
+            auto v = ReadString(n, k, p);
+            if (!v) return;
+            ObjOpts probe;
+            probe.*field = *v;
+            // Validate() names the field; only these keys' own problems are reported here.
+            if (Status bad = probe.Validate(); !bad.ok() && !v->empty()) p.Add(k, bad.message(), &n);
+            else c.objstore.*field = *v;
+          },
+          [field](const Config& a, const Config& b) { return a.objstore.*field == b.objstore.*field; });
+    }
+    // Credentials: a problem never quotes their values.
+    for (auto [name, member] : {std::pair{"objstore.access_key_id", &objstore::Credentials::access_key_id},
+                                std::pair{"objstore.secret_access_key", &objstore::Credentials::secret_access_key},
+                                std::pair{"objstore.session_token", &objstore::Credentials::session_token}}) {
+      auto field = member;
+      add(name, false,
+          [field](const std::string& k, N n, Config& c, Problems& p) {
+            if (auto v = ReadString(n, k, p)) c.objstore.credentials.*field = *v;
+          },
+          [field](const Config& a, const Config& b) {
+            return a.objstore.credentials.*field == b.objstore.credentials.*field;
+          });
+    }
+    add("objstore.verify_tls", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadBool(n, k, p)) c.objstore.verify_tls = *v;
+        },
+        SC_SAME(objstore.verify_tls));
+    for (auto [name, member] : {std::pair{"objstore.request_timeout", &ObjOpts::request_timeout_ms},
+                                std::pair{"objstore.stall_timeout", &ObjOpts::stall_timeout_ms}}) {
+      auto field = member;
+      add(name, false,
+          [field](const std::string& k, N n, Config& c, Problems& p) {
+            auto d = ReadDuration(n, k, p);
+            if (!d) return;
+            if (d->count() < 1000 || d->count() > 24 * 3600 * 1000) p.Add(k, "must be between 1s and 24h", &n);
+            else c.objstore.*field = static_cast<uint32_t>(d->count());
+          },
+          [field](const Config& a, const Config& b) { return a.objstore.*field == b.objstore.*field; });
+    }
+    add("objstore.max_connections", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadCount(n, k, p, 1, 1024)) c.objstore.max_connections = *v;
+        },
+        SC_SAME(objstore.max_connections));
+    add("objstore.attempts", false,
+        [](const std::string& k, N n, Config& c, Problems& p) {
+          if (auto v = ReadCount(n, k, p, 1, 100)) c.objstore.max_attempts = *v;
+        },
+        SC_SAME(objstore.max_attempts));
     add("auth.token", false,
         [](const std::string& k, N n, Config& c, Problems& p) {
           if (auto v = ReadString(n, k, p)) c.auth.token = *v;
@@ -591,13 +651,23 @@ std::string TrimRight(std::string s) {
 
 // Rules that involve more than one key.
 void CheckTogether(Config& c, bool upstream_seen, ReferencedFiles files, Problems& p) {
-  if (!upstream_seen) p.Add("upstream", "missing (required: file:///DIR, grpc://HOST:PORT or grpcs://HOST:PORT)");
+  if (!upstream_seen) {
+    p.Add("upstream", "missing (required: file:///DIR, grpc://HOST:PORT, grpcs://HOST:PORT, s3://BUCKET/PREFIX or "
+                      "https://HOST/PATH)");
+  }
   if (c.fetch.connections > c.fetch.max_connections) {
     p.Add("fetch.connections", std::to_string(c.fetch.connections) + " exceeds fetch.max_connections (" +
                                    std::to_string(c.fetch.max_connections) + ")");
   }
   if (c.cache.size_bytes > 0 && c.cache.dir.empty()) {
     p.Add("cache.dir", "must be set when cache.size is not 0");
+  }
+  const objstore::Credentials& oc = c.objstore.credentials;
+  if (!oc.access_key_id.empty() && oc.secret_access_key.empty()) {
+    p.Add("objstore.secret_access_key", "must be set when objstore.access_key_id is set");
+  }
+  if (oc.access_key_id.empty() && (!oc.secret_access_key.empty() || !oc.session_token.empty())) {
+    p.Add("objstore.access_key_id", "must be set when objstore.secret_access_key or session_token is set");
   }
   if (!c.tls.cert.empty() && c.tls.key.empty()) p.Add("tls.key", "must be set when tls.cert is set");
   if (c.tls.cert.empty() && !c.tls.key.empty()) p.Add("tls.cert", "must be set when tls.key is set");

@@ -26,6 +26,7 @@
 #include "daemon/cache/cache_options.h"
 #include "daemon/serve/serve_defaults.h"
 #include "daemon/upstream/grpc_source_options.h"
+#include "objstore/options.h"
 
 namespace shardcache::config {
 
@@ -40,7 +41,8 @@ constexpr uint64_t kMinSegmentBytes = 8ull << 20;
 inline constexpr char kDefaultCacheDir[] = "/var/cache/shardcache";
 
 struct Config {
-  // Required: "file:///abs/dir", "grpc://host:port" or "grpcs://host:port" (upstream_uri.h).
+  // Required: "file:///abs/dir", "grpc://host:port", "grpcs://host:port", "s3://bucket/prefix"
+  // or "https://host/path" (upstream_uri.h).
   std::string upstream;
 
   struct Listen {
@@ -82,6 +84,10 @@ struct Config {
     bool enabled() const { return !members.empty() || !dns.empty(); }
     bool operator==(const Peers&) const = default;
   } peers;
+
+  // [objstore]: how an s3:// or https:// upstream is reached (objstore/options.h, whose
+  // defaults these are). Holds a secret (secret_access_key, session_token): never printed.
+  objstore::ObjectStoreOptions objstore;
 
   struct Tls {
     std::string cert;                 // PEM: this daemon's certificate (server; client to grpcs upstream)

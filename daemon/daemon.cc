@@ -21,6 +21,7 @@
 #include "daemon/serve/origin_service.h"
 #include "daemon/upstream/file_source.h"
 #include "daemon/upstream/grpc_source.h"
+#include "daemon/upstream/object_source.h"
 #include "daemon/upstream/peer_group.h"
 
 namespace shardcache::daemon {
@@ -71,6 +72,13 @@ Status Daemon::BuildUpstream() {
   SC_ASSIGN_OR_RETURN(upstream::UpstreamUri u, upstream::ParseUpstreamUri(config_.upstream));
   if (u.scheme == upstream::UpstreamUri::Scheme::kFile) {
     auto source = upstream::FileSource::Open(u.path);
+    if (!source.ok()) return source.status().WithContext("upstream " + config_.upstream);
+    parts_->upstream = std::move(*source);
+    return Status::Ok();
+  }
+  if (u.scheme == upstream::UpstreamUri::Scheme::kObject) {
+    // [objstore]; what it leaves empty comes from the environment (objstore/options.h).
+    auto source = upstream::ObjectSource::Open(u.object, config_.objstore);
     if (!source.ok()) return source.status().WithContext("upstream " + config_.upstream);
     parts_->upstream = std::move(*source);
     return Status::Ok();

@@ -167,7 +167,7 @@ Status ResolveTarget(GrpcSourceOptions* options) {
     return CheckHostPort(options->target).WithContext("upstream");
   }
   SC_ASSIGN_OR_RETURN(UpstreamUri uri, ParseUpstreamUri(options->target));
-  if (uri.scheme == UpstreamUri::Scheme::kFile) {
+  if (uri.scheme == UpstreamUri::Scheme::kFile || uri.scheme == UpstreamUri::Scheme::kObject) {
     return InvalidArgument("upstream '" + options->target + "' is not grpc://HOST:PORT or grpcs://HOST:PORT");
   }
   options->target = uri.target;

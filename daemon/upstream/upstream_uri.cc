@@ -1,11 +1,13 @@
 #include "daemon/upstream/upstream_uri.h"
 
 #include "common/host_port.h"
+#include "objstore/object_uri.h"
 
 namespace shardcache::upstream {
 
 Result<UpstreamUri> ParseUpstreamUri(const std::string& uri) {
-  const std::string kForms = " (use file:///ABSOLUTE/DIR, grpc://HOST:PORT or grpcs://HOST:PORT)";
+  const std::string kForms =
+      " (use file:///ABSOLUTE/DIR, grpc://HOST:PORT, grpcs://HOST:PORT, s3://BUCKET/PREFIX or https://HOST/PATH)";
   const std::string quoted = "'" + uri + "'";
   UpstreamUri u;
   auto starts = [&](const char* p) { return uri.rfind(p, 0) == 0; };
@@ -16,6 +18,12 @@ Result<UpstreamUri> ParseUpstreamUri(const std::string& uri) {
       return InvalidArgument(quoted + " needs an absolute path after file://" + kForms);
     }
     while (u.path.size() > 1 && u.path.back() == '/') u.path.pop_back();
+    return u;
+  }
+  if (starts("s3://") || starts("https://") || starts("http://")) {
+    if (auto o = objstore::ParseObjectUri(uri); !o.ok()) return o.status();
+    u.scheme = UpstreamUri::Scheme::kObject;
+    u.object = uri;
     return u;
   }
   std::string rest;

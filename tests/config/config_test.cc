@@ -65,6 +65,50 @@ prefetch = 1048576
   CHECK(c->cache.min_free.BytesFor(1000) == 50);
 }
 
+TEST_CASE("[objstore] keys set the object-storage options; problems never quote a secret", "[config]") {
+  auto c = ParseConfig(R"(
+upstream = "s3://bucket/datasets"
+[objstore]
+endpoint = "http://127.0.0.1:9000"
+region = "eu-west-3"
+addressing = "path"
+access_key_id = "AKIAEXAMPLE"
+secret_access_key = "s3cr3t/Value+"
+ca = "/etc/ssl/ca.pem"
+request_timeout = "90s"
+stall_timeout = "5s"
+max_connections = 128
+attempts = 3
+)");
+  REQUIRE(c.ok());
+  CHECK(c->objstore.endpoint == "http://127.0.0.1:9000");
+  CHECK(c->objstore.region == "eu-west-3");
+  CHECK(c->objstore.addressing == "path");
+  CHECK(c->objstore.credentials.access_key_id == "AKIAEXAMPLE");
+  CHECK(c->objstore.credentials.secret_access_key == "s3cr3t/Value+");
+  CHECK(c->objstore.ca_file == "/etc/ssl/ca.pem");
+  CHECK(c->objstore.request_timeout_ms == 90000);
+  CHECK(c->objstore.stall_timeout_ms == 5000);
+  CHECK(c->objstore.max_connections == 128);
+  CHECK(c->objstore.max_attempts == 3);
+  auto bad = ParseConfig(R"(
+upstream = "s3://bucket"
+[objstore]
+endpoint = "minio:9000"
+addressing = "dns"
+secret_access_key = "s3cr3t/Value+"
+max_connections = 0
+)");
+  REQUIRE_FALSE(bad.ok());
+  const std::string m = bad.status().message();
+  INFO(m);
+  CHECK_THAT(m, Catch::Contains("objstore.endpoint: endpoint 'minio:9000' must start with http:// or https://"));
+  CHECK_THAT(m, Catch::Contains("objstore.addressing: addressing 'dns' must be auto, path or virtual"));
+  CHECK_THAT(m, Catch::Contains("objstore.access_key_id: must be set when objstore.secret_access_key"));
+  CHECK_THAT(m, Catch::Contains("objstore.max_connections"));
+  CHECK_THAT(m, !Catch::Contains("s3cr3t"));
+}
+
 TEST_CASE("min_free accepts a size as well as a percentage", "[config]") {
   auto c = ParseConfig("upstream = \"file:///d\"\n[cache]\nmin_free = \"50GiB\"\n");
   REQUIRE(c.ok());
@@ -74,7 +118,7 @@ TEST_CASE("min_free accepts a size as well as a percentage", "[config]") {
 
 TEST_CASE("unknown keys and bad values are all reported at once, each naming its key", "[config]") {
   auto c = ParseConfig(R"(
-upstream = "http://origin:80"
+upstream = "ftp://origin:80"
 colour = "blue"
 [listen]
 metrics = "localhost"
@@ -101,7 +145,7 @@ enabled = true
   INFO(c.status().message());
   CHECK(c.status().message().rfind("test.toml: 15 problems", 0) == 0);
   const std::vector<std::string> expected = {
-      "upstream: 'http://origin:80' is not a supported upstream",
+      "upstream: 'ftp://origin:80' is not a supported upstream",
       "colour: unknown key",
       "listen.metrics: 'localhost' is not host:port",
       "listen.socket: 'relative.sock' is not an absolute path",

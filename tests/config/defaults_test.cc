@@ -39,6 +39,10 @@ TEST_CASE("the upstream client gets GrpcSource's own defaults", "[config]") {
   CHECK(got.token == want.token);
 }
 
+TEST_CASE("an object-storage upstream gets ObjectClient's own defaults", "[config]") {
+  CHECK(Minimal("s3://bucket/prefix").objstore == objstore::ObjectStoreOptions{});
+}
+
 TEST_CASE("the local service and its loaders get their own defaults", "[config]") {
   config::Config c = Minimal("file:///srv");
   const serve::LocalServiceOptions got = LocalServiceOptionsFor(c);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that no function in daemon/, client/ or gpu/ is longer than 80 lines (issue 15).
+"""Checks that no function in daemon/, client/, gpu/ or objstore/ is longer than 80 lines (issue 15).
 
   tests/style/function_length.py
 
@@ -12,7 +12,7 @@ import re
 import sys
 
 LIMIT = 80
-ROOTS = ("daemon", "client", "gpu")
+ROOTS = ("daemon", "client", "gpu", "objstore")
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.path.join(HERE, "../.."))
 

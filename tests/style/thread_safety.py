@@ -10,7 +10,7 @@ reaches common/thread_annotations.h (through its quoted includes) with clang++ -
 -Wthread-safety(-beta) -Werror, using the flags of BUILD_DIR/compile_commands.json, and
 fails with clang's diagnostics when one does not hold. FILEs: check only these sources.
 
-Sources checked: common/ daemon/ client/ gpu/ dataset/ tools/ config/ python/src/, and the tests
+Sources checked: common/ daemon/ client/ gpu/ dataset/ objstore/ tools/ config/ python/src/, and the tests
 that include common/mutex.h (.cu files, compiled by nvcc, hold no locks).
 
 clang++: $CLANGXX, else clang++-14, else clang++ (deploy/setup.sh installs clang). JOBS: 2, or
@@ -28,7 +28,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.path.join(HERE, "../.."))
-ROOTS = ("common", "daemon", "client", "gpu", "dataset", "tools", "config", "python/src")
+ROOTS = ("common", "daemon", "client", "gpu", "dataset", "objstore", "tools", "config", "python/src")
 MARKER = os.path.join(SOURCE, "common", "thread_annotations.h")
 # The analysis, as errors, with its beta checks (lock order from ACQUIRED_AFTER among them).
 CHECK_FLAGS = ["-fsyntax-only", "-Wthread-safety", "-Wthread-safety-beta", "-Werror=thread-safety",

@@ -35,6 +35,7 @@
 #include "daemon/cache/cached_source.h"
 #include "daemon/upstream/file_source.h"
 #include "daemon/upstream/grpc_source.h"
+#include "daemon/upstream/object_source.h"
 #include "daemon/upstream/upstream_uri.h"
 #include "shardcache/local.pb.h"
 #include "shardcache/local_wire.h"
@@ -63,6 +64,11 @@ Result<std::unique_ptr<ChunkSource>> MakeUpstream(const WarmArgs& a, upstream::G
   if (uri.scheme == upstream::UpstreamUri::Scheme::kFile) {
     SC_ASSIGN_OR_RETURN(auto f, upstream::FileSource::Open(uri.path));
     return std::unique_ptr<ChunkSource>(std::move(f));
+  }
+  if (uri.scheme == upstream::UpstreamUri::Scheme::kObject) {
+    // Endpoint, region and credentials from the environment (objstore/options.h).
+    SC_ASSIGN_OR_RETURN(auto o, upstream::ObjectSource::Open(uri.object, objstore::ObjectStoreOptions{}));
+    return std::unique_ptr<ChunkSource>(std::move(o));
   }
   upstream::GrpcSourceOptions o;
   o.target = uri.target;
