@@ -137,6 +137,7 @@ struct GrpcSource::FetchTask {
   // Hedging. A hedge races `original` for the same leaders and never publishes a failure (the
   // original still may succeed). Under GrpcSource::mu_: `hedge`, once HedgeLoop made one.
   bool is_hedge = false;
+  bool striped = false;  // a hedge run as block ranges on other streams (RunStriped)
   std::weak_ptr<FetchTask> original;
   std::shared_ptr<FetchTask> hedge;
   // Steady-clock ns of the running attempt's start or its last message (0: not running).
@@ -559,13 +560,11 @@ std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task, bool spar
   }
   const auto loaded = std::max(floor, std::chrono::nanoseconds(4 * usual));
   if (range || !spare) return loaded;
-  // The link is mostly idle (an epoch's tail): a fresh stream would bring the chunk at the
-  // best rate one stream has shown, not at the loaded share the usual time reflects.
-  const int64_t peak = peak_stream_bytes_per_s_.load();
-  if (peak <= 0) return loaded;
-  const uint64_t bytes = dataset::ChunkLength(task.dataset->manifest, task.shard, task.first);
-  const auto fresh = std::chrono::nanoseconds(static_cast<int64_t>(3e9 * static_cast<double>(bytes) / peak));
-  return std::min(loaded, std::max<std::chrono::nanoseconds>(kSpareStuckFloor, fresh));
+  // The link is mostly idle (an epoch's tail): the hedge runs as block ranges (RunStriped), so
+  // the chunk is stuck once it is late by 4x the usual time of a range, not of a loaded chunk.
+  const int64_t range_usual = range_message_ns_.load();
+  if (range_usual == 0) return loaded;
+  return std::min(loaded, std::max<std::chrono::nanoseconds>(kSpareStuckFloor, std::chrono::nanoseconds(4 * range_usual)));
 }
 
 void GrpcSource::HedgeLoop() {
@@ -596,6 +595,9 @@ void GrpcSource::HedgeLoop() {
       h->deadline = t->deadline;
       h->leaders = t->leaders;
       h->is_hedge = true;
+      // At the tail a whole chunk is re-fetched as kStripes block ranges on as many streams: a
+      // copy on one stream would meet a stall as often as the original did.
+      h->striped = spare && t->block_count == 0;
       h->original = t;
       t->hedge = h;
       hedges_.fetch_add(1);
@@ -703,13 +705,7 @@ Status GrpcSource::ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<con
   std::sort(order.begin(), order.end(), [](const ChunkPiece* a, const ChunkPiece* b) {
     return a->chunk != b->chunk ? a->chunk < b->chunk : a->offset < b->offset;
   });
-  struct Range {
-    uint64_t chunk;
-    uint64_t b0, b1;              // blocks [b0, b1)
-    size_t first_piece, end_piece;  // in `order`
-    Flights::Flight flight;
-  };
-  std::vector<Range> ranges;
+  std::vector<PieceRange> ranges;
   for (size_t i = 0; i < order.size(); ++i) {
     const ChunkPiece& p = *order[i];
     const uint64_t b0 = p.offset / kChunkBlockBytes, b1 = (p.offset + p.length + kChunkBlockBytes - 1) / kChunkBlockBytes;
@@ -717,17 +713,22 @@ Status GrpcSource::ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<con
       ranges.back().b1 = std::max(ranges.back().b1, b1);
       ranges.back().end_piece = i + 1;
     } else {
-      ranges.push_back(Range{p.chunk, b0, b1, i, i + 1, {}});
+      ranges.push_back(PieceRange{p.chunk, b0, b1, i, i + 1, {}});
     }
   }
+  return FetchRanges(d, shard, order, ranges, options);
+}
+
+Status GrpcSource::FetchRanges(const DatasetPtr& d, uint32_t shard, const std::vector<const ChunkPiece*>& order,
+                               std::vector<PieceRange>& ranges, const ReadOptions& options) {
   std::vector<std::shared_ptr<FetchTask>> mine;
-  for (Range& r : ranges) {
+  for (PieceRange& r : ranges) {
     r.flight = LaunchRange(d, shard, r.chunk, static_cast<uint32_t>(r.b0), static_cast<uint32_t>(r.b1 - r.b0), options, &mine);
   }
   auto cancel_mine = [&] {
     for (auto& t : mine) t->Cancel();
   };
-  for (Range& r : ranges) {
+  for (PieceRange& r : ranges) {
     std::optional<ChunkResult> v;
     // A leader that gave up (another caller's, cancelled): fetch the range ourselves.
     for (int rejoins = 0;; ++rejoins) {
@@ -755,6 +756,38 @@ Status GrpcSource::ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<con
     }
   }
   return Status::Ok();
+}
+
+void GrpcSource::RunStriped(FetchTask& task) {
+  const uint64_t c = task.leaders->NextOpen(task.first, task.end);
+  if (c >= task.end || task.cancelled.load()) return;
+  const auto& m = task.dataset->manifest;
+  const uint64_t len = dataset::ChunkLength(m, task.shard, c);
+  const uint64_t blocks = (len + kChunkBlockBytes - 1) / kChunkBlockBytes;
+  const uint64_t per = std::max<uint64_t>(1, (blocks + kStripes - 1) / kStripes);
+  auto chunk = std::make_shared<Chunk>();
+  chunk->bytes = AlignedBuffer(len);
+  std::vector<ChunkPiece> pieces;
+  std::vector<PieceRange> ranges;
+  for (uint64_t b = 0; b < blocks; b += per) {
+    const uint64_t b1 = std::min(blocks, b + per), offset = b * kChunkBlockBytes;
+    pieces.push_back(ChunkPiece{c, offset, std::min(len, b1 * kChunkBlockBytes) - offset, chunk->bytes.data() + offset});
+    ranges.push_back(PieceRange{c, b, b1, pieces.size() - 1, pieces.size(), {}});
+  }
+  std::vector<const ChunkPiece*> order;
+  for (const ChunkPiece& p : pieces) order.push_back(&p);
+  ReadOptions o;
+  o.priority = FetchPriority::kDemand;
+  o.deadline = task.deadline;
+  // A hedge never publishes a failure: the original may still bring the chunk.
+  if (!FetchRanges(task.dataset, task.shard, order, ranges, o).ok()) return;
+  // Every block was checked against the chunk's verified block table; the root is checked too.
+  chunk->hash = ChunkDigest(chunk->bytes.data(), len);
+  if (chunk->hash != dataset::ChunkHash(m, task.shard, c)) {
+    checksum_failures_.fetch_add(1);
+    return;
+  }
+  task.leaders->Publish(c, ChunkResult(ChunkPtr(std::move(chunk))));
 }
 
 void GrpcSource::WorkerLoop(uint64_t id) {
@@ -788,7 +821,13 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     if ((!demand_.empty() || !prefetch_.empty()) && running_ >= controller_.limit()) waited_.store(true);
     m_.in_flight->Set(running_);
     lock.Unlock();
-    if (!task->cancelled.load()) RunTask(*task, conn);
+    if (!task->cancelled.load()) {
+      if (task->striped) {
+        RunStriped(*task);
+      } else {
+        RunTask(*task, conn);
+      }
+    }
     lock.Lock();
     running_conn_[slot] = nullptr;
     std::shared_ptr<FetchTask> hedge = std::move(task->hedge);
@@ -1000,12 +1039,6 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   // hedge), down slowly.
   const int64_t before = average.load();
   average.store(before == 0 ? took : before + (took - before) / (took > before ? 2 : 8));
-  if (!range && took > 0) {
-    // The best rate one stream has shown: up at once, down by 1/1024 per chunk.
-    const auto rate = static_cast<int64_t>(1e9 * static_cast<double>(len) / static_cast<double>(took));
-    const int64_t peak = peak_stream_bytes_per_s_.load();
-    peak_stream_bytes_per_s_.store(std::max(rate, peak - peak / 1024));
-  }
   // A range's time on its stream is mostly one round trip: reported as a chunk's, it would make
   // the controller judge its raises before any whole chunk could show their effect.
   if (range) {

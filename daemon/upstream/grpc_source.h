@@ -29,10 +29,12 @@
 //     (ChunkLeaders): the first verified copy of each chunk is published, the other dropped,
 //     and whichever finishes first ends the other. A stalled connection then costs a batch a
 //     fraction of a second, not the stall. When the link is mostly idle (an epoch's tail:
-//     nothing queued, at most half the limit running), a whole chunk is stuck after 3x the time
-//     the best rate one stream has shown would take (at least 300 ms), not 4x the loaded usual
-//     time, which counts seconds when a hundred streams share the link. A prefetch that a
-//     demand read waits for is hedged like a demand fetch. Counted in shardcache_upstream_hedges_total.
+//     nothing queued, at most half the limit running), a whole chunk is stuck after 4x the
+//     usual time of a block range (at least 300 ms), not 4x the loaded usual time of a chunk,
+//     which counts seconds when a hundred streams share the link; its hedge is then kStripes
+//     block ranges on as many streams, since one more whole-chunk stream would meet a stall as
+//     often as the original did. A prefetch that a demand read waits for is hedged like a
+//     demand fetch. Counted in shardcache_upstream_hedges_total.
 //     Opening a dataset's manifest starts connecting those slots, so that the reads
 //     that follow an open do not each wait for a handshake.
 //   * A global bandwidth cap (TokenBucket) shared by all streams; SetBandwidth changes it live.
@@ -125,8 +127,10 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // chunks starts at once.
   static constexpr int kDemandLanes = 16;
   // With the link mostly idle (nothing queued, at most half the limit running), a whole chunk
-  // is stuck after 3x the time the best stream rate seen would take for it, at least this.
+  // is stuck after 4x the usual time of a block range, at least this (see StuckAfter).
   static constexpr std::chrono::milliseconds kSpareStuckFloor{300};
+  // Block ranges a whole chunk's tail hedge is split into (RunStriped).
+  static constexpr uint64_t kStripes = 8;
 
   // Reads the certificate files; InvalidArgument / NotFound naming a bad option or file.
   // Does not connect: connections are made on first use.
@@ -233,6 +237,20 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   Status VerifyRange(const FetchTask& task, const v1::ChunkMessage& msg, const TaskProgress& p,
                      const Chunk& range, const std::string& where);
   // Starts (or joins) the fetch of blocks [first_block, first_block + block_count) of a chunk.
+  // Blocks [b0, b1) of `chunk`, holding pieces [first_piece, end_piece) of a read's sorted pieces.
+  struct PieceRange {
+    uint64_t chunk;
+    uint64_t b0, b1;
+    size_t first_piece, end_piece;
+    Flights::Flight flight;
+  };
+  // Fetches `ranges` as block-range flights (joining ones in flight) and copies each into its
+  // pieces (`order`); the first failure cancels what this call started and is returned.
+  Status FetchRanges(const DatasetPtr& d, uint32_t shard, const std::vector<const ChunkPiece*>& order,
+                     std::vector<PieceRange>& ranges, const ReadOptions& options);
+  // A striped hedge: the task's next open chunk as kStripes demand block ranges, assembled,
+  // checked against the manifest hash and published (a failure is left to the original).
+  void RunStriped(FetchTask& task);
   Flights::Flight LaunchRange(const DatasetPtr& d, uint32_t shard, uint64_t chunk, uint32_t first_block,
                               uint32_t block_count, const ReadOptions& options,
                               std::vector<std::shared_ptr<FetchTask>>* mine);
@@ -293,8 +311,6 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   std::thread hedger_;  // HedgeLoop
   // Moving averages of one message's time on its stream (ns): whole chunks, block ranges.
   std::atomic<int64_t> chunk_message_ns_{0}, range_message_ns_{0};
-  // The best rate (chunk bytes per second) one stream has brought a whole chunk at, decaying.
-  std::atomic<int64_t> peak_stream_bytes_per_s_{0};
 
   Mutex manifest_mu_;
   struct CachedManifest {
