@@ -114,9 +114,10 @@ TEST_CASE("shardctl index s3:// writes the index a local copy gets, and the buck
     REQUIRE(shardcache::testing::MakeRecordsDataset(tmp / "local", "rec", 3, 40, 4096, 64 * 1024).ok());
     auto client = Client(s3, "s3://test-bucket/sets/rec");
     UploadShards(*client, tmp / "local/rec");
+    const int rc =
+        Shardctl(s3, "index s3://test-bucket/sets/rec --format records --record-bytes 4KiB --chunk-bytes 64KiB", &out);
     INFO(out);
-    REQUIRE(Shardctl(s3, "index s3://test-bucket/sets/rec --format records --record-bytes 4KiB --chunk-bytes 64KiB",
-                     &out) == 0);
+    REQUIRE(rc == 0);
     CHECK_THAT(out, Catch::Contains("dataset 'rec'") && Catch::Contains("3 shards") &&
                         Catch::Contains("120 samples"));
     RequireSameIndex(*client, tmp / "local/rec", 3);
@@ -128,14 +129,25 @@ TEST_CASE("shardctl index s3:// writes the index a local copy gets, and the buck
                      &out) == 0);
     auto client = Client(s3, "s3://test-bucket/sets/laion/train");
     UploadShards(*client, tmp / "local/laion/train");
+    const int rc = Shardctl(
+        s3, "index s3://test-bucket/sets/laion/train --format tar --chunk-bytes 16KiB --name laion/train", &out);
     INFO(out);
-    REQUIRE(Shardctl(s3, "index s3://test-bucket/sets/laion/train --format tar --chunk-bytes 16KiB --name laion/train",
-                     &out) == 0);
+    REQUIRE(rc == 0);
     RequireSameIndex(*client, tmp / "local/laion/train", 2);
     RequireReadsBack(s3, "s3://test-bucket/sets", "laion/train", tmp / "local/laion/train");
     // A name that is not the prefix's tail is refused before anything is read.
     CHECK(Shardctl(s3, "index s3://test-bucket/sets/laion/train --format tar --name other", &out) != 0);
     CHECK_THAT(out, Catch::Contains("--name 'other'"));
+  }
+  SECTION("megatron, each .bin with its .idx") {
+    REQUIRE(shardcache::testing::MakeMegatronDataset(tmp / "local", "gpt", 2, 50, 16, 512, 8 * 1024).ok());
+    auto client = Client(s3, "s3://test-bucket/sets/gpt");
+    UploadShards(*client, tmp / "local/gpt");
+    const int rc = Shardctl(s3, "index s3://test-bucket/sets/gpt --format megatron --chunk-bytes 8KiB", &out);
+    INFO(out);
+    REQUIRE(rc == 0);
+    RequireSameIndex(*client, tmp / "local/gpt", 2);
+    RequireReadsBack(s3, "s3://test-bucket/sets", "gpt", tmp / "local/gpt");
   }
 }
 
@@ -149,10 +161,11 @@ TEST_CASE("shardctl pack into s3:// uploads shards and index that read back byte
   // The same tree packed locally: the bucket must end up with exactly these shards and index.
   REQUIRE(Shardctl(s3, "pack " + (tmp / "src") + " " + (tmp / "local/p") + " --shard-bytes 64KiB --chunk-bytes 16KiB",
                    &out) == 0);
+  const int rc = Shardctl(s3, "pack " + (tmp / "src") + " s3://test-bucket/packs/p --shard-bytes 64KiB "
+                                  "--chunk-bytes 16KiB --staging-dir " + tmp.path(),
+                          &out);
   INFO(out);
-  REQUIRE(Shardctl(s3, "pack " + (tmp / "src") + " s3://test-bucket/packs/p --shard-bytes 64KiB --chunk-bytes 16KiB "
-                       "--staging-dir " + tmp.path(),
-                   &out) == 0);
+  REQUIRE(rc == 0);
   CHECK_THAT(out, Catch::Contains("packed 120 files") && Catch::Contains("s3://test-bucket/packs/p"));
   auto local = LoadDatasetDir(tmp / "local/p");
   REQUIRE(local.ok());
