@@ -122,6 +122,11 @@ TEST_CASE("shardctl index s3:// writes the index a local copy gets, and the buck
                         Catch::Contains("120 samples"));
     RequireSameIndex(*client, tmp / "local/rec", 3);
     RequireReadsBack(s3, "s3://test-bucket/sets", "rec", tmp / "local/rec");
+    // warm finds the store through the same flags and environment.
+    const int warm = Shardctl(s3, "warm --upstream s3://test-bucket/sets rec", &out);
+    INFO(out);
+    CHECK(warm == 0);
+    CHECK_THAT(out, Catch::Contains("warmed 'rec'"));
   }
   SECTION("tar, read through cached blocks, with --name naming two components") {
     REQUIRE(shardcache::testing::MakeTarDataset(tmp / "local/laion", "train", 2, 30, 1000, 20000, 16 * 1024).ok());

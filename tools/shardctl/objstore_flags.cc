@@ -12,6 +12,7 @@ void ObjectStoreFlags::AddTo(CLI::App* sub) {
                   "s3://: AWS CLI credentials file (default: $AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials); "
                   "$AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY come first");
   sub->add_option("--profile", profile, "s3://: profile in the credentials file (default: $AWS_PROFILE, default)");
+  sub->add_option("--objstore-ca", ca_file, "s3:// and https://: PEM CA bundle to verify the store with (default: the system's)");
 }
 
 Result<objstore::ObjectStoreOptions> ObjectStoreFlags::Options() const {
@@ -21,6 +22,7 @@ Result<objstore::ObjectStoreOptions> ObjectStoreFlags::Options() const {
   o.addressing = addressing;
   o.credentials_file = credentials_file;
   o.profile = profile;
+  o.ca_file = ca_file;
   SC_RETURN_IF_ERROR(o.Validate());
   return o;
 }

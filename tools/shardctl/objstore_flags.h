@@ -21,9 +21,10 @@
 namespace shardcache::shardctl {
 
 struct ObjectStoreFlags {
-  std::string endpoint, region, addressing = "auto", credentials_file, profile;
+  std::string endpoint, region, addressing = "auto", credentials_file, profile, ca_file;
 
-  // Adds --endpoint, --region, --addressing, --credentials-file and --profile to `sub`.
+  // Adds --endpoint, --region, --addressing, --credentials-file, --profile and --objstore-ca
+  // (not --ca: warm's --ca is the CA of a grpcs:// upstream) to `sub`.
   void AddTo(CLI::App* sub);
   // The options these flags give (validated: InvalidArgument naming the flag's key).
   Result<objstore::ObjectStoreOptions> Options() const;
