@@ -4,12 +4,8 @@
 // manifest last, so a crash mid-index leaves the previous manifest or none, never one that
 // points at missing sample indexes). Used by `shardctl index`, `shardctl pack` and tests.
 //
-// Shard discovery, always recursive and sorted by relative path (byte order), skipping
-// DIR/.shardcache and any subdirectory that is a dataset of its own (has a .shardcache):
-//   records   every regular file
-//   tar       every *.tar; a *.tar.gz or *.tgz is refused (InvalidArgument naming it: chunks
-//             of a compressed stream cannot be served), so none is silently left out
-//   megatron  every *.bin; each needs <same prefix>.idx beside it (its companion)
+// Shard discovery (which files are shards, per format) is shard_discovery.h's, and building the
+// index from them index_builder.h's, both shared with the bucket indexer (object_indexer.h).
 //
 // Thread safety: IndexDirectory may run concurrently on different directories. `progress` is
 // called only on the calling thread.

@@ -1,6 +1,7 @@
-// An origin shardcached whose upstream is a bucket (s3rver on loopback): the dataset indexed on
-// disk and uploaded as is reaches trainers on a node daemon byte-exact, and `shardctl fetch`
-// through the node returns the shard files unchanged (issue 19).
+// An origin shardcached whose upstream is a bucket (s3rver on loopback): a dataset whose shards
+// are uploaded without an index and indexed in place with `shardctl index s3://…` reaches
+// trainers on a node daemon byte-exact, and `shardctl fetch` through the node returns the shard
+// files unchanged (issue 19).
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <thread>
@@ -17,9 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void UploadTree(objstore::ObjectClient& client, const std::string& root) {
+// Uploads the shard files below `root` (not the local index in .shardcache/).
+void UploadShards(objstore::ObjectClient& client, const std::string& root) {
   for (const auto& e : fs::recursive_directory_iterator(root)) {
-    if (!e.is_regular_file()) continue;
+    if (!e.is_regular_file() || e.path().string().find("/.shardcache/") != std::string::npos) continue;
     auto bytes = ReadFileToString(e.path().string());
     REQUIRE(bytes.ok());
     REQUIRE(client.Put(client.uri().Key(fs::relative(e.path(), root).string()), *bytes).ok());
@@ -39,7 +41,16 @@ TEST_CASE("a dataset in a bucket served by an s3:// origin reaches trainers on a
   o.credentials = {"S3RVER", "S3RVER", "", ""};
   auto client = objstore::ObjectClient::Open(*objstore::ParseObjectUri("s3://test-bucket/datasets"), o);
   REQUIRE(client.ok());
-  UploadTree(**client, root);
+  UploadShards(**client, root);
+  {
+    std::string out;
+    const int rc = RunCommand("env AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER " + Bin("shardctl") +
+                                  " index s3://test-bucket/datasets/rec --format records --record-bytes 4096 "
+                                  "--chunk-bytes 256KiB --endpoint " + s3.endpoint(),
+                              &out);
+    INFO(out);
+    REQUIRE(rc == 0);
+  }
 
   Daemon origin(dir, "origin", "s3://test-bucket/datasets", 0, 8 << 20, "",
                 "[objstore]\nendpoint = \"" + s3.endpoint() +

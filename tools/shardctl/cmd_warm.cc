@@ -41,6 +41,7 @@
 #include "shardcache/local_wire.h"
 #include "tools/shardctl/command.h"
 #include "tools/shardctl/local_control.h"
+#include "tools/shardctl/objstore_flags.h"
 #include "tools/shardctl/progress.h"
 
 namespace shardcache::shardctl {
@@ -56,6 +57,7 @@ struct WarmArgs {
   uint32_t range_chunks = 64;
   bool json = false;
   std::string dataset;
+  ObjectStoreFlags store;  // s3:// and https:// upstreams
 };
 
 Result<std::unique_ptr<ChunkSource>> MakeUpstream(const WarmArgs& a, upstream::GrpcSource** grpc) {
@@ -66,8 +68,9 @@ Result<std::unique_ptr<ChunkSource>> MakeUpstream(const WarmArgs& a, upstream::G
     return std::unique_ptr<ChunkSource>(std::move(f));
   }
   if (uri.scheme == upstream::UpstreamUri::Scheme::kObject) {
-    // Endpoint, region and credentials from the environment (objstore/options.h).
-    SC_ASSIGN_OR_RETURN(auto o, upstream::ObjectSource::Open(uri.object, objstore::ObjectStoreOptions{}));
+    // Endpoint, region and credentials from the flags, else the environment (objstore_flags.h).
+    SC_ASSIGN_OR_RETURN(objstore::ObjectStoreOptions options, a.store.Options());
+    SC_ASSIGN_OR_RETURN(auto o, upstream::ObjectSource::Open(uri.object, options));
     return std::unique_ptr<ChunkSource>(std::move(o));
   }
   upstream::GrpcSourceOptions o;
@@ -321,7 +324,8 @@ const CommandRegistration kWarm(
     "warm", "Fill a cache with a whole dataset from an upstream, or ask a running daemon to (--socket)",
     [](CLI::App* sub) -> std::function<int()> {
       auto a = std::make_shared<WarmArgs>();
-      sub->add_option("--upstream", a->upstream, "grpc://HOST:PORT, grpcs://HOST:PORT or file:///DIR");
+      sub->add_option("--upstream", a->upstream,
+                      "grpc://HOST:PORT, grpcs://HOST:PORT, file:///DIR, s3://BUCKET/PREFIX or https://HOST/PATH");
       sub->add_option("--socket", a->socket, "Ask the running daemon at this Unix socket to warm its own cache");
       sub->add_option("--cache-dir", a->cache_dir, "Cache directory to fill (omit: fetch and verify only)");
       sub->add_option("--cache-size", a->cache_size, "Cache budget, e.g. 800GiB")->capture_default_str();
@@ -347,6 +351,7 @@ const CommandRegistration kWarm(
                       "Seconds for the whole warm (--socket: to wait; the daemon's job goes on)")
           ->capture_default_str();
       sub->add_flag("--json", a->json, "Also print one JSON line with the figures");
+      a->store.AddTo(sub);
       sub->add_option("DATASET", a->dataset, "Dataset name")->required();
       return [a] { return RunWarm(*a); };
     });
