@@ -6,7 +6,8 @@ the objstore tests) on loopback with bucket `bench` → wanem (/work/shared/tool
 $SHARDCACHE_WANEM) → node shardcached with `upstream = "s3://bench/datasets"` (path-style,
 [objstore] endpoint = the wanem port) and an empty cache → one sc_trainer_bench client reads
 one epoch of a 1 GiB dataset of incompressible records (--quick: 64 MiB) through the node's
-local socket. The dataset is written by sc_datagen, indexed by `shardctl index` on disk and
+local socket; a second fresh node reads it in file order (shuffle none: goodput_mbit_sequential,
+the upstream's own rate without the global shuffle's tail of cache reads). The dataset is written by sc_datagen, indexed by `shardctl index` on disk and
 uploaded as is (shards + .shardcache/ index objects) by `rclone copy`, straight to s3rver.
 
 Peers in the same run copy the same objects (the whole dataset prefix) from s3rver through a
@@ -261,6 +262,14 @@ def body(quick, argv):
     wport, wanem = start_wanem(b, "wanem-node", s3port, link)
     node = node_epoch(b, "node", wport, "ds", dataset_bytes, samples, shuffle, link)
     stop(b, wanem)
+    sequential = None
+    if shuffle != "none":
+        # The same epoch in file order: under a global shuffle the client, having read every
+        # chunk's first samples, reads most of the epoch from the cache after the last chunk
+        # arrived; in file order it finishes with the last chunk (the upstream's own rate).
+        wport, wanem = start_wanem(b, "wanem-node-none", s3port, link)
+        sequential = node_epoch(b, "node-none", wport, "ds", dataset_bytes, samples, "none", link)
+        stop(b, wanem)
 
     wport, wanem = start_wanem(b, "wanem-peers", s3port, link)
     figures = {"s3cmd": peers.s3cmd(wport)}
@@ -287,6 +296,9 @@ def body(quick, argv):
           f"{figures[best_peer]:.1f} Mbit/s (rclone best: --transfers {best_rclone[0]} --multi-thread-streams "
           f"{best_rclone[1]}{' --multi-thread-cutoff %dM' % best_rclone[2] if best_rclone[2] else ''}); "
           f"goodput/best peer: {goodput / figures[best_peer]:.2f}")
+    if sequential:
+        print(f"file order (shuffle none): {sequential['goodput_mbit']:.1f} Mbit/s = "
+              f"{sequential['goodput_mbit'] / figures[best_peer]:.2f} × best peer")
     print(f"s3rver without wanem: node {node_direct['goodput_mbit']:.0f} Mbit/s, rclone {rclone_direct:.0f} Mbit/s "
           f"(link {link['rate_mbit']:g} Mbit/s)")
     out = {
@@ -303,6 +315,7 @@ def body(quick, argv):
         "rclone_best_transfers": best_rclone[0],
         "rclone_best_streams": best_rclone[1],
         "rclone_best_cutoff_mib": best_rclone[2],
+        "goodput_mbit_sequential": round((sequential or node)["goodput_mbit"], 1),
         "goodput_direct_mbit": round(node_direct["goodput_mbit"], 1),
         "rclone_direct_mbit": round(rclone_direct, 1),
         "bucket_read_bytes": node["read_bytes"],
