@@ -12,7 +12,7 @@ uploaded as is (shards + .shardcache/ index objects) by `rclone copy`, straight 
 
 Peers in the same run copy the same objects (the whole dataset prefix) from s3rver through a
 wanem with the same settings into a local directory: `s3cmd get --recursive` (one connection,
-one object at a time), `rclone copy` with a few --transfers / --multi-thread-streams settings
+one object at a time; stopped after 90 s, its rate is what it wrote by then), `rclone copy` with a few --transfers / --multi-thread-streams settings
 (the best counts), and `aws s3 cp --recursive` when an `aws` is on PATH (not a Debian package:
 skipped cleanly where absent). References without wanem, to tell whether s3rver itself (one
 Node.js process) limits a run on this machine: the node's epoch and the best rclone setting
@@ -40,6 +40,7 @@ BUCKET = "bench"
 PREFIX = "datasets"
 KEY = "S3RVER"  # s3rver's built-in access key (secret S3RVER); it checks the key id only
 # rclone copy settings tried (transfers, multi-thread streams; cutoff 0 = rclone's default).
+S3CMD_SECONDS = 90  # s3cmd copies one object at a time on one connection: its rate is what it wrote by then
 RCLONE_SETTINGS = [(4, 4, 0), (16, 4, 0), (8, 4, 8), (16, 8, 8)]
 
 
@@ -181,20 +182,37 @@ class Peers:
         self.aws = shutil.which("aws") and subprocess.run(
             ["aws", "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
 
-    def _timed(self, what, args, env=None):
+    def _timed(self, what, args, env=None, max_s=None):
+        """Runs a copy; its rate = bytes in the output directory ÷ wall. With max_s, a copy
+        still running then is stopped and the bytes it wrote so far count (a one-connection
+        tool on a narrow window would take most of an hour for the whole dataset)."""
         shutil.rmtree(self.out, ignore_errors=True)
         os.makedirs(self.out)
+        log = open(self.b.path("peer.log"), "w+")
         t0 = time.perf_counter()
-        r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.b.procs.append(p)
+        capped = False
+        try:
+            p.wait(timeout=max_s)
+        except subprocess.TimeoutExpired:
+            capped = True
+            stop(self.b, p)
         wall = time.perf_counter() - t0
-        if r.returncode != 0:
-            raise S.CannotMeasure(f"{what} failed ({r.returncode}): {r.stdout[-1500:]}")
+        if p in self.b.procs:
+            self.b.procs.remove(p)
+        log.seek(0)
+        if not capped and p.returncode != 0:
+            raise S.CannotMeasure(f"{what} failed ({p.returncode}): {log.read()[-1500:]}")
         got = tree_bytes(self.out)
         shutil.rmtree(self.out, ignore_errors=True)
-        if got != self.total:
+        if capped and got <= 0:
+            raise S.CannotMeasure(f"{what} copied nothing in {max_s} s")
+        if not capped and got != self.total:
             raise S.CannotMeasure(f"{what} copied {got} bytes, the dataset's objects hold {self.total}")
         mbit = got * 8 / wall / 1e6
-        print(f"  {what}: {got / S.MiB:.1f} MiB in {wall:.2f} s = {mbit:.1f} Mbit/s")
+        note = f" (stopped after {max_s} s)" if capped else ""
+        print(f"  {what}: {got / S.MiB:.1f} MiB in {wall:.2f} s = {mbit:.1f} Mbit/s{note}")
         return mbit
 
     def src(self):
@@ -202,7 +220,8 @@ class Peers:
 
     def s3cmd(self, port):
         return self._timed("s3cmd get --recursive", ["s3cmd", "-c", self.s3cfg(port), "--no-progress", "-q", "get",
-                                                    "--recursive", f"s3://{self.src()}/", self.out + "/"])
+                                                    "--recursive", f"s3://{self.src()}/", self.out + "/"],
+                           max_s=S3CMD_SECONDS)
 
     def rclone(self, port, transfers, streams, cutoff_mib):
         args = ["rclone", "--config", self.rclone_conf(port), "copy", f"s3:{self.src()}", self.out,
