@@ -6,17 +6,19 @@ the objstore tests) on loopback with bucket `bench` → wanem (/work/shared/tool
 $SHARDCACHE_WANEM) → node shardcached with `upstream = "s3://bench/datasets"` (path-style,
 [objstore] endpoint = the wanem port) and an empty cache → one sc_trainer_bench client reads
 one epoch of a 1 GiB dataset of incompressible records (--quick: 64 MiB) through the node's
-local socket; a second fresh node reads it in file order (shuffle none: goodput_mbit_sequential,
-the upstream's own rate without the global shuffle's tail of cache reads). The dataset is written by sc_datagen, indexed by `shardctl index` on disk and
-uploaded as is (shards + .shardcache/ index objects) by `rclone copy`, straight to s3rver.
+local socket. A second fresh node reads it in file order (shuffle none:
+goodput_mbit_sequential, the upstream's own rate without the global shuffle's tail of cache
+reads). The dataset is written by sc_datagen, indexed by `shardctl index` on disk and uploaded
+as is (shards + .shardcache/ index objects) by `rclone copy`, straight to s3rver.
 
 Peers in the same run copy the same objects (the whole dataset prefix) from s3rver through a
 wanem with the same settings into a local directory: `s3cmd get --recursive` (one connection,
-one object at a time; stopped after 90 s, its rate is what it wrote by then), `rclone copy` with a few --transfers / --multi-thread-streams settings
-(the best counts), and `aws s3 cp --recursive` when an `aws` is on PATH (not a Debian package:
-skipped cleanly where absent). References without wanem, to tell whether s3rver itself (one
-Node.js process) limits a run on this machine: the node's epoch and the best rclone setting
-reading s3rver directly.
+one object at a time; stopped after 90 s, its rate is what it wrote by then), `rclone copy`
+with a few --transfers / --multi-thread-streams settings (the best counts), and `aws s3 cp
+--recursive` when an `aws` is on PATH (not a Debian package: skipped cleanly where absent; it
+counts in best_peer, over_best_debian_peer leaves it out). References without wanem, to tell
+whether s3rver itself (one Node.js process) limits a run on this machine: the node's epoch and
+the best rclone setting reading s3rver directly (goodput_direct_mbit, rclone_direct_mbit).
 
 goodput = dataset bytes delivered to the client ÷ wall time of the client process; a peer's
 rate = bytes it copied ÷ its wall. link_mbit = the wanem rate; effective_over_link = goodput ÷
