@@ -43,7 +43,7 @@ PREFIX = "datasets"
 KEY = "S3RVER"  # s3rver's built-in access key (secret S3RVER); it checks the key id only
 # rclone copy settings tried (transfers, multi-thread streams; cutoff 0 = rclone's default).
 S3CMD_SECONDS = 90  # s3cmd copies one object at a time on one connection: its rate is what it wrote by then
-RCLONE_SETTINGS = [(4, 4, 0), (16, 4, 0), (8, 4, 8), (16, 8, 8)]
+RCLONE_SETTINGS = [(4, 4, 0), (16, 4, 0), (8, 4, 8), (16, 8, 8), (16, 16, 8)]
 
 
 def tool_absent(tool):
