@@ -22,6 +22,8 @@ PACKAGES=(
   nginx-light curl aria2 fio openssl python3 python3-yaml systemd prometheus dpkg-dev file procps
   # s3rver (below) runs on node; botocore's signer checks libcurl's SigV4 in objstore_test
   nodejs python3-botocore
+  # bench/run s3: the S3 copy tools Debian has, peers of the s3:// upstream (also upload its dataset)
+  s3cmd rclone
 )
 
 # s3rver: the S3-protocol server the objstore tests start on loopback (a test dependency only),

@@ -59,8 +59,10 @@ struct ObjectStoreOptions {
   uint32_t request_timeout_ms = 60000;
   uint32_t stall_timeout_ms = 15000;
   uint32_t connect_timeout_ms = 10000;
-  // Most connections (and so requests) open at once to the store. Default: 64.
-  uint32_t max_connections = 64;
+  // Most connections (and so requests) open at once to the store. Default: 256 (like the gRPC
+  // pool's cap: a chunk is read as 1 MiB parts on their own connections, and a long link with a
+  // small window needs many busy at once).
+  uint32_t max_connections = 256;
   // Retries of throttled (503 SlowDown, 429), failed (5xx) and dropped requests: attempts in all,
   // and the exponential backoff's first and largest delay (full jitter). Default: 6, 100, 5000.
   uint32_t max_attempts = 6;

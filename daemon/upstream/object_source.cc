@@ -178,6 +178,8 @@ struct Arrivals {
   Mutex mu;
   CondVar cv;
   std::map<uint64_t, Result<ChunkBuffer>> done GUARDED_BY(mu);
+  // Chunks whose parts are still arriving: parts left, the first part's error.
+  std::map<uint64_t, std::pair<uint64_t, Status>> partial GUARDED_BY(mu);
 };
 
 // Waits for chunk `c`'s read until `deadline`; DeadlineExceeded naming `object` after it.
@@ -213,13 +215,30 @@ Status ObjectSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t fi
       // The bytes land in the chunk's own aligned buffer: no copy between the socket and it.
       auto chunk = std::make_shared<Chunk>();
       chunk->bytes = AlignedBuffer(dataset::ChunkLength(m, shard, i));
-      objstore::RangeRead read{key,        i * m.chunk_bytes(), chunk->bytes.size(), state.etag,
-                               state.size, chunk->bytes.data()};
-      client_->ReadRangeAsync(read, [arrivals, i, chunk](Result<std::string> r) {
+      // A chunk is read as parts of kReadPartBytes on their own connections: one connection
+      // carries at most its window per RTT, so whole chunks would need chunk-sized bytes in
+      // flight per connection to fill a long link (and the last chunk alone is a long tail).
+      const uint64_t len = chunk->bytes.size();
+      const uint64_t parts = std::max<uint64_t>(1, (len + kReadPartBytes - 1) / kReadPartBytes);
+      {
         MutexLock lock(&arrivals->mu);
-        arrivals->done.emplace(i, r.ok() ? Result<ChunkBuffer>(chunk) : Result<ChunkBuffer>(r.status()));
-        arrivals->cv.NotifyAll();
-      });
+        arrivals->partial[i] = {parts, Status::Ok()};
+      }
+      for (uint64_t p = 0; p < parts; ++p) {
+        const uint64_t off = p * kReadPartBytes;
+        objstore::RangeRead read{key,        i * m.chunk_bytes() + off, std::min(kReadPartBytes, len - off),
+                                 state.etag, state.size,                chunk->bytes.data() + off};
+        client_->ReadRangeAsync(read, [arrivals, i, chunk](Result<std::string> r) {
+          MutexLock lock(&arrivals->mu);
+          auto& [left, error] = arrivals->partial[i];
+          if (!r.ok() && error.ok()) error = r.status();
+          if (--left > 0) return;
+          Status e = std::move(error);
+          arrivals->partial.erase(i);
+          arrivals->done.emplace(i, e.ok() ? Result<ChunkBuffer>(chunk) : Result<ChunkBuffer>(e));
+          arrivals->cv.NotifyAll();
+        });
+      }
     }
     Result<ChunkBuffer> r = AwaitChunk(*arrivals, c, options.deadline, object);
     if (!r.ok()) {

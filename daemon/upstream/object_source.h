@@ -11,7 +11,8 @@
 // OpenDataset HEADs the manifest and reloads it when its ETag changed (a re-indexed dataset is
 // published without a restart), then checks every shard object's size against the manifest
 // (DataLoss naming the object otherwise) and remembers the shards' ETags. ReadChunks reads
-// chunks with concurrent ranged GETs (a sliding window of kReadWindowChunks in flight) that carry those
+// chunks with concurrent ranged GETs (a sliding window of kReadWindowChunks in flight, each
+// chunk as parts of kReadPartBytes on their own connections) that carry those
 // ETags and sizes, so an object rewritten since is a named FailedPrecondition, never a mix; every
 // chunk is then verified against its manifest hash exactly as FileSource does (DataLoss naming
 // dataset, object, chunk and offset; counted in shardcache_objstore_checksum_failures_total).
@@ -37,6 +38,8 @@ class ObjectSource final : public ChunkSource {
   // Chunks in flight per ReadChunks call: enough to keep a 64-connection pool busy with a
   // few readers, little enough that a window (4 MiB chunks: 64 MiB) is held only briefly.
   static constexpr uint64_t kReadWindowChunks = 16;
+  // Each chunk is read as ranged GETs of at most this many bytes, concurrently.
+  static constexpr uint64_t kReadPartBytes = 1 << 20;
 
   // InvalidArgument for a URI ParseObjectUri refuses or bad options; what ObjectClient::Open
   // returns otherwise. Nothing is requested until the first call.
