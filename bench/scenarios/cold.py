@@ -48,12 +48,29 @@ def parse_link(argv):
     return link, rest
 
 
+def absent(why):
+    """Exits with status 2 (a tool absent, BENCH.md) and the JSON line saying why."""
+    print(f"cannot measure: {why}", file=sys.stderr)
+    print(json.dumps({"error": why}))
+    sys.exit(2)
+
+
 def require_wanem():
-    """Exits with status 2 (and the JSON line saying why) when wanem.py is absent."""
+    """Exits with status 2 when wanem.py is absent."""
     if not os.path.exists(WANEM):
-        print(f"cannot measure: {WANEM} is absent", file=sys.stderr)
-        print(json.dumps({"error": f"{WANEM} is absent"}))
-        sys.exit(2)
+        absent(f"{WANEM} is absent")
+
+
+def parse_shuffle(rest):
+    """The --shuffle option of what parse_link left (default global); CannotMeasure on others."""
+    shuffle = "global"
+    it = iter(rest)
+    for a in it:
+        if a == "--shuffle":
+            shuffle = next(it)
+        else:
+            raise S.CannotMeasure(f"unknown option {a}")
+    return shuffle
 
 
 def start_wanem(b, name, upstream_port, link):
@@ -221,13 +238,7 @@ def peers(b, dataset_dir, link):
 
 def body(quick, argv):
     link, rest = parse_link(argv)
-    shuffle = "global"
-    it = iter(rest)
-    for a in it:
-        if a == "--shuffle":
-            shuffle = next(it)
-        else:
-            raise S.CannotMeasure(f"unknown option {a}")
+    shuffle = parse_shuffle(rest)
     require_wanem()
     S.need("shardcached", "shardctl", "sc_datagen", "sc_trainer_bench")
     for tool in ("nginx", "aria2c", "curl"):

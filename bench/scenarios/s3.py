@@ -25,7 +25,6 @@ rate = bytes it copied ÷ its wall. link_mbit = the wanem rate; effective_over_l
 link; over_best_peer = goodput ÷ the best peer's rate.
 
 Exit status: 0 measured, 1 could not measure, 2 a tool absent (wanem.py, s3rver, s3cmd, rclone)."""
-import json
 import os
 import shutil
 import subprocess
@@ -35,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _serving as S  # noqa: E402
-from cold import parse_link, require_wanem, start_wanem, stop  # noqa: E402
+from cold import absent, parse_link, parse_shuffle, require_wanem, start_wanem, stop  # noqa: E402
 from fetch import wait_port  # noqa: E402
 
 BUCKET = "bench"
@@ -44,12 +43,6 @@ KEY = "S3RVER"  # s3rver's built-in access key (secret S3RVER); it checks the ke
 # rclone copy settings tried (transfers, multi-thread streams; cutoff 0 = rclone's default).
 S3CMD_SECONDS = 90  # s3cmd copies one object at a time on one connection: its rate is what it wrote by then
 RCLONE_SETTINGS = [(4, 4, 0), (16, 4, 0), (8, 4, 8), (16, 8, 8), (16, 16, 8)]
-
-
-def tool_absent(tool):
-    print(f"cannot measure: {tool} is not installed (deploy/setup.sh)", file=sys.stderr)
-    print(json.dumps({"error": f"{tool} is not installed (deploy/setup.sh)"}))
-    sys.exit(2)
 
 
 def clean_environment():
@@ -248,17 +241,11 @@ class Peers:
 
 def body(quick, argv):
     link, rest = parse_link(argv)
-    shuffle = "global"
-    it = iter(rest)
-    for a in it:
-        if a == "--shuffle":
-            shuffle = next(it)
-        else:
-            raise S.CannotMeasure(f"unknown option {a}")
+    shuffle = parse_shuffle(rest)
     require_wanem()
     for tool in ("s3rver", "s3cmd", "rclone"):
         if shutil.which(tool) is None:
-            tool_absent(tool)
+            absent(f"{tool} is not installed (deploy/setup.sh)")
     S.need("shardcached", "shardctl", "sc_datagen", "sc_trainer_bench")
     clean_environment()
     b = S.Bench("s3")

@@ -13,6 +13,8 @@
 namespace shardcache::objstore {
 namespace {
 
+using testing::OpenClient;
+
 std::string Pattern(size_t n, uint64_t seed) {
   SplitMix64 rng(seed);
   std::string s(n, '\0');
@@ -23,15 +25,6 @@ std::string Pattern(size_t n, uint64_t seed) {
 void WriteFile(const std::string& path, const std::string& data) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << data;
-}
-
-std::unique_ptr<ObjectClient> OpenClient(const std::string& uri, const ObjectStoreOptions& o) {
-  auto parsed = ParseObjectUri(uri);
-  REQUIRE(parsed.ok());
-  auto client = ObjectClient::Open(*parsed, o);
-  INFO(client.status().ToString());
-  REQUIRE(client.ok());
-  return std::move(*client);
 }
 
 TEST_CASE("files served by nginx over http and https are read byte-exact in ranges", "[objstore][nginx]") {

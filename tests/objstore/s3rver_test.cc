@@ -12,6 +12,8 @@
 namespace shardcache::objstore {
 namespace {
 
+using testing::OpenClient;
+
 constexpr char kSecret[] = "S3RVER";
 
 std::string RandomBytes(size_t n, uint64_t seed) {
@@ -28,15 +30,6 @@ ObjectStoreOptions S3rverOptions(const testing::S3rver& server) {
   o.max_connections = 8;
   o.backoff_initial_ms = 10;
   return o;
-}
-
-std::unique_ptr<ObjectClient> OpenClient(const std::string& uri, const ObjectStoreOptions& o) {
-  auto parsed = ParseObjectUri(uri);
-  REQUIRE(parsed.ok());
-  auto client = ObjectClient::Open(*parsed, o);
-  INFO(client.status().ToString());
-  REQUIRE(client.ok());
-  return std::move(*client);
 }
 
 TEST_CASE("objects put to s3rver are listed, stat'ed and read back byte-exact in ranges", "[objstore][s3rver]") {

@@ -106,4 +106,13 @@ FaultServer::FaultServer(const std::string& mode, size_t size) {
 
 std::string FaultServer::RequestLog() const { return ReadFile(dir_ / "requests.log"); }
 
+std::unique_ptr<ObjectClient> OpenClient(const std::string& uri, const ObjectStoreOptions& o) {
+  auto parsed = ParseObjectUri(uri);
+  REQUIRE(parsed.ok());
+  auto client = ObjectClient::Open(*parsed, o);
+  INFO(client.status().ToString());
+  REQUIRE(client.ok());
+  return std::move(*client);
+}
+
 }  // namespace shardcache::objstore::testing

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "objstore/object_client.h"
 #include "testing/process.h"
 #include "testing/temp_dir.h"
 
@@ -60,5 +61,8 @@ class FaultServer {
 
 // Fails the current test naming `program` and `make setup` when it is not on PATH.
 void RequireProgram(const std::string& program);
+
+// A client of `uri` with options `o`; fails the current test (with the status) when it cannot open.
+std::unique_ptr<ObjectClient> OpenClient(const std::string& uri, const ObjectStoreOptions& o);
 
 }  // namespace shardcache::objstore::testing
