@@ -454,9 +454,11 @@ Result<DatasetPtr> GrpcSource::OpenDataset(const std::string& name) {
   }
   // A flight that ended between our look at the cache and Join may have refreshed it.
   DatasetPtr again = cached(&stale);
+  // Reads follow an open: the stream pool connects while the manifest travels, so the first
+  // batch's ranges find their connections ready instead of paying a handshake round trip.
+  if (!again) PreConnect();
   Result<DatasetPtr> result = again ? Result<DatasetPtr>(again) : FetchManifest(name, stale);
   flight.Publish(result);
-  if (result.ok()) PreConnect();  // reads follow an open
   return result;
 }
 
