@@ -106,6 +106,36 @@ Result<std::pair<uint32_t, uint64_t>> SampleLocator::ShardOf(uint64_t sample_id)
   return std::make_pair(shard, sample_id - first_id_[shard]);
 }
 
+Status SampleLocator::LoadIndexesOf(std::span<const uint64_t> ids) {
+  if (record_bytes_ > 0) return Status::Ok();
+  std::vector<uint32_t> missing;
+  for (const uint64_t id : ids) {
+    auto at = ShardOf(id);
+    if (at.ok() && loaded_[at->first].load(std::memory_order_acquire) == nullptr) missing.push_back(at->first);
+  }
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  if (missing.size() < 2) return Status::Ok();  // Locate loads a single one itself
+  std::atomic<size_t> next{0};
+  Mutex error_mu;
+  Status first_error;
+  auto load = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < missing.size();) {
+      auto r = IndexOf(missing[k]);
+      if (r.ok()) continue;
+      MutexLock l(&error_mu);
+      if (first_error.ok()) first_error = r.status();
+    }
+  };
+  std::vector<std::thread> loaders;
+  const size_t threads = std::min(missing.size(), kParallelIndexLoads);
+  for (size_t i = 1; i < threads; ++i) loaders.emplace_back(load);
+  load();
+  for (auto& t : loaders) t.join();
+  MutexLock l(&error_mu);
+  return first_error;
+}
+
 Result<SampleLocator::Extent> SampleLocator::Locate(uint64_t sample_id) {
   SC_ASSIGN_OR_RETURN(auto at, ShardOf(sample_id));
   const auto [shard, local] = at;
@@ -269,6 +299,7 @@ Status BatchAssembler::Plan(SampleLocator& locator, std::span<const uint64_t> id
   out->offsets.resize(ids.size());
   out->lengths.resize(ids.size());
   std::vector<SampleLocator::Extent> ext(ids.size());
+  SC_RETURN_IF_ERROR(locator.LoadIndexesOf(ids));
   uint64_t pos = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     SC_ASSIGN_OR_RETURN(ext[i], locator.Locate(ids[i]));

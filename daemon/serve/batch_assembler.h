@@ -58,6 +58,12 @@ class SampleLocator {
   // OutOfRange for ids past the dataset; errors from loading a sample index otherwise (naming
   // the shard).
   Result<Extent> Locate(uint64_t sample_id);
+  // Loads the sample indexes of the shards of `ids` that are not loaded yet, up to
+  // kParallelIndexLoads at a time: a global-shuffle batch touches as many shards as it has
+  // samples, and loading them one after another costs one upstream round trip each. The first
+  // error (naming its shard) when one fails. Records datasets need no index: Ok at once.
+  static constexpr size_t kParallelIndexLoads = 16;
+  Status LoadIndexesOf(std::span<const uint64_t> ids);
   // True for tar datasets: their samples have fields (members) and keys.
   bool has_fields() const { return has_fields_; }
 

@@ -18,6 +18,8 @@ uint64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
 constexpr uint64_t kMaxWarmRunChunks = 64;
 // lookahead_in_flight_only: chunks tracked ahead of assembly at most (~100 bytes each).
 constexpr size_t kMaxWarmTrackedChunks = 65536;
+// Samples ahead of the warm walk whose shards' sample indexes are loaded in one parallel go.
+constexpr size_t kWarmIndexWindow = 4096;
 
 }  // namespace
 
@@ -279,6 +281,14 @@ bool LoaderPipeline::Warm() {
   const uint64_t cb = m.chunk_bytes();
   std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> wanted;  // shard, chunk, needed at
   const size_t max_tracked = options_.lookahead_in_flight_only ? kMaxWarmTrackedChunks : SIZE_MAX;
+  // The sample indexes the walk below is about to need, loaded in parallel first (a global
+  // shuffle meets a new shard at almost every sample); an error is the demand path's to report.
+  if (locator_->record_bytes() == 0 && indexes_loaded_to_ <= warm_index_) {
+    std::vector<uint64_t> ahead;
+    for (uint64_t i = warm_index_; i < total_ && ahead.size() < kWarmIndexWindow; ++i) ahead.push_back(slice_.SampleAt(i));
+    (void)locator_->LoadIndexesOf(ahead);
+    indexes_loaded_to_ = warm_index_ + ahead.size();
+  }
   while (warm_index_ < total_ && warmed_bytes_ + cb <= lookahead && warmed_.size() < max_tracked) {
     auto e = locator_->Locate(slice_.SampleAt(warm_index_));
     if (!e.ok()) break;  // the demand path reports it

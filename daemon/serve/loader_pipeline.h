@@ -208,6 +208,7 @@ class LoaderPipeline {
     uint64_t bytes;
   };
   uint64_t warm_index_ = 0;
+  uint64_t indexes_loaded_to_ = 0;  // the warm walk's sample indexes are loaded below this
   std::deque<Warmed> warmed_;  // warmed chunks assembly has not passed yet (keys in warmed_keys_)
   std::unordered_set<ChunkKey, ChunkKeyHash> warmed_keys_;
   // lookahead_in_flight_only: the warmed chunks no tier held at the last look.

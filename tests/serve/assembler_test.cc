@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -370,6 +371,118 @@ TEST_CASE("assembler: TryWarm of a range the source holds is true at once, start
                               std::chrono::seconds(2)));
   CHECK(warm_reads->Value() - warm_before == 5);
   CHECK(f.source->read_chunks_calls() == 0);
+}
+
+// A file source whose GetSampleIndex takes kIndexDelay (an upstream round trip) and can fail
+// for one shard; it counts the calls per shard and the most that ran at once.
+class SlowIndexSource final : public testing::ForwardingSource {
+ public:
+  using ForwardingSource::ForwardingSource;
+  static constexpr auto kIndexDelay = std::chrono::milliseconds(100);
+  int failing_shard = -1;
+
+  Result<std::string> GetSampleIndex(const DatasetPtr& d, uint32_t shard) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++calls_[shard];
+      max_running_ = std::max(max_running_, ++running_);
+    }
+    std::this_thread::sleep_for(kIndexDelay);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      --running_;
+    }
+    if (static_cast<int>(shard) == failing_shard) return Unavailable("index server down for shard " + std::to_string(shard));
+    return inner_.GetSampleIndex(d, shard);
+  }
+  Status ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<const ChunkPiece> pieces,
+                    const ReadOptions& o) override {
+    return inner_.ReadPieces(d, shard, pieces, o);
+  }
+
+  std::map<uint32_t, int> calls() const { std::lock_guard<std::mutex> l(mu_); return calls_; }
+  int max_running() const { std::lock_guard<std::mutex> l(mu_); return max_running_; }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uint32_t, int> calls_;  // GUARDED_BY(mu_)
+  int running_ = 0;                // GUARDED_BY(mu_)
+  int max_running_ = 0;            // GUARDED_BY(mu_)
+};
+
+// A tar dataset of 8 shards x 4 samples behind a SlowIndexSource; one batch holds sample 1 of
+// every shard (a global shuffle's first batch touches as many shards as it has samples).
+struct TarFixture {
+  static constexpr int kShards = 8;
+  testing::TempDir tmp;
+  DatasetPtr dataset;
+  std::unique_ptr<upstream::FileSource> files;
+  std::unique_ptr<SlowIndexSource> source;
+  std::vector<uint64_t> ids;
+
+  TarFixture() {
+    const std::string root = tmp.path() + "/data";
+    REQUIRE(MakeDirs(root).ok());
+    auto ds = testing::MakeTarDataset(root, "tar", kShards, 4, 500, 2000);
+    REQUIRE(ds.ok());
+    dataset = *ds;
+    auto f = upstream::FileSource::Open(root);
+    REQUIRE(f.ok());
+    files = std::move(*f);
+    source = std::make_unique<SlowIndexSource>(*files);
+    for (uint64_t s = 0; s < kShards; ++s) ids.push_back(s * 4 + 1);
+  }
+};
+
+TEST_CASE("assembler: a batch over many shards loads their sample indexes in parallel, each once",
+          "[serve][assembler]") {
+  TarFixture f;
+  serve::BatchAssembler assembler(*f.source);
+  serve::SampleLocator locator(*f.source, f.dataset);
+  std::vector<uint8_t> buf(1 << 20);
+  DoneProbe probe;
+  const auto t0 = Clock::now();
+  assembler.AssembleAsync(locator, f.ids, buf.data(), buf.size(), probe.Callback());
+  REQUIRE(probe.Wait());
+  const auto took = Clock::now() - t0;
+  // The same batch read straight from the files (no delay) is the reference.
+  serve::BatchAssembler plain(*f.files);
+  serve::SampleLocator plain_locator(*f.files, f.dataset);
+  std::vector<uint8_t> want(1 << 20);
+  DoneProbe reference;
+  plain.AssembleAsync(plain_locator, f.ids, want.data(), want.size(), reference.Callback());
+  REQUIRE(reference.Wait());
+  {
+    std::lock_guard<std::mutex> l(probe.mu), r(reference.mu);
+    REQUIRE(probe.status.ok());
+    REQUIRE(reference.status.ok());
+    REQUIRE(probe.batch.payload_bytes == reference.batch.payload_bytes);
+    CHECK(probe.batch.lengths == reference.batch.lengths);
+    CHECK(std::memcmp(buf.data(), want.data(), probe.batch.payload_bytes) == 0);
+  }
+  const auto calls = f.source->calls();
+  CHECK(calls.size() == static_cast<size_t>(TarFixture::kShards));
+  for (const auto& [shard, n] : calls) CHECK(n == 1);
+  // One after another they would take 8 x 100 ms.
+  CHECK(f.source->max_running() >= 4);
+  CHECK(took < 6 * SlowIndexSource::kIndexDelay);
+}
+
+TEST_CASE("assembler: a sample index that cannot be loaded fails the batch with an error naming its shard",
+          "[serve][assembler]") {
+  TarFixture f;
+  f.source->failing_shard = 5;
+  serve::BatchAssembler assembler(*f.source);
+  serve::SampleLocator locator(*f.source, f.dataset);
+  std::vector<uint8_t> buf(1 << 20);
+  DoneProbe probe;
+  assembler.AssembleAsync(locator, f.ids, buf.data(), buf.size(), probe.Callback());
+  REQUIRE(probe.Wait());
+  std::lock_guard<std::mutex> l(probe.mu);
+  CHECK(probe.status.code() == StatusCode::kUnavailable);
+  CHECK_THAT(probe.status.message(), Catch::Contains("shard 5"));
+  // The other shards' indexes were loaded and stay: the next batch asks only for shard 5's.
+  for (const auto& [shard, n] : f.source->calls()) CHECK(n == 1);
 }
 
 }  // namespace
