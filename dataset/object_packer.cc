@@ -59,10 +59,10 @@ Status UploadDataset(objstore::ObjectClient& client, const std::string& dir, con
   const unsigned streams = std::min(kPackUploadStreams, DefaultThreads(options.threads));
   SC_RETURN_IF_ERROR(ParallelFor(static_cast<uint64_t>(m.shards_size()), streams, [&](uint64_t i) -> Status {
     const std::string& path = m.shards(static_cast<int>(i)).path();
-    SC_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(dir + "/" + path));
-    auto etag = client.Put(client.uri().Key(path), bytes);
+    // A shard of many GiB goes up as a multipart upload, one part in memory at a time.
+    auto etag = client.PutFile(client.uri().Key(path), dir + "/" + path);
     if (!etag.ok()) return etag.status().WithContext("uploading shard " + std::to_string(i));
-    done_bytes.fetch_add(bytes.size(), std::memory_order_relaxed);
+    done_bytes.fetch_add(m.shards(static_cast<int>(i)).size_bytes(), std::memory_order_relaxed);
     return Status::Ok();
   }, tick));
   BuiltIndex index;

@@ -180,6 +180,12 @@ CURL* Exchange::Begin() {
     curl_easy_setopt(c, CURLOPT_READFUNCTION, &Exchange::OnRead);
     curl_easy_setopt(c, CURLOPT_READDATA, this);
     curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req_.body.size()));
+  } else if (req_.method == "POST") {
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, req_.body.data());
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req_.body.size()));
+  } else if (req_.method == "DELETE") {
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
   }
   header_list_.reset(BuildHeaders());
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, header_list_.get());

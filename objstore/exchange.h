@@ -49,11 +49,11 @@ struct RequestPolicy {
 constexpr uint64_t kUnknownSize = std::numeric_limits<uint64_t>::max();
 
 struct HttpRequest {
-  std::string op;      // metrics label: get | head | list | put
-  std::string method;  // GET | HEAD | PUT
+  std::string op;      // metrics label: get | head | list | put | multipart
+  std::string method;  // GET | HEAD | PUT | POST | DELETE
   std::string url;
   std::vector<std::string> headers;  // extra "Name: value" lines
-  std::string body;                  // PUT payload
+  std::string body;                  // PUT / POST payload
   // Ranged GET: bytes [offset, offset + length) of an object; length > 0.
   bool ranged = false;
   uint64_t offset = 0;

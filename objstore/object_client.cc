@@ -267,19 +267,24 @@ Result<std::vector<ObjectInfo>> ObjectClient::List(const std::string& prefix) {
   return out;
 }
 
+Result<HttpResponse> ObjectClient::Send(const std::string& op, const std::string& method, const std::string& key,
+                                        const std::string& query, std::string body) {
+  HttpRequest req;
+  req.op = op;
+  req.method = method;
+  req.url = ObjectUrl(key) + (query.empty() ? "" : "?" + query);
+  if (method == "PUT" || method == "POST") req.headers = {"Content-Type: application/octet-stream"};
+  if (!policy_.sigv4.empty()) req.headers.push_back("x-amz-content-sha256: " + Sha256Hex(body));
+  req.body = std::move(body);
+  req.ctx = Context(key);
+  return RunExchangeSync(driver_.get(), policy_, std::move(req));
+}
+
 Result<std::string> ObjectClient::Put(const std::string& key, const std::string& bytes) {
   if (!uri_.is_s3()) {
     return Unimplemented("cannot write " + uri_.Describe(key) + ": plain http(s) stores are read-only here");
   }
-  HttpRequest req;
-  req.op = "put";
-  req.method = "PUT";
-  req.url = ObjectUrl(key);
-  req.body = bytes;
-  req.headers = {"Content-Type: application/octet-stream"};
-  if (!policy_.sigv4.empty()) req.headers.push_back("x-amz-content-sha256: " + Sha256Hex(bytes));
-  req.ctx = Context(key);
-  SC_ASSIGN_OR_RETURN(HttpResponse r, RunExchangeSync(driver_.get(), policy_, std::move(req)));
+  SC_ASSIGN_OR_RETURN(HttpResponse r, Send("put", "PUT", key, "", bytes));
   return r.etag;
 }
 

@@ -90,6 +90,15 @@ class ObjectClient {
   void Shutdown();
   // Stores `bytes` as `key` in one PUT; returns its ETag. Unimplemented for http(s):// stores.
   Result<std::string> Put(const std::string& key, const std::string& bytes);
+  // Stores the file at `path` as `key` and returns its ETag: one PUT when it is at most
+  // `part_bytes`, else a multipart upload (multipart_upload.cc) of parts of `part_bytes` (more
+  // when the file would need over S3's 10000 parts), one part in memory at a time — a shard of
+  // many GiB needs neither that much memory nor fits S3's 5 GiB limit on one PUT. A failed
+  // upload is aborted (the store drops its parts) and its error names the object and the part.
+  // InvalidArgument for part_bytes under S3's 5 MiB minimum.
+  static constexpr uint64_t kPartBytes = uint64_t{64} << 20;
+  static constexpr uint64_t kMinPartBytes = uint64_t{5} << 20;
+  Result<std::string> PutFile(const std::string& key, const std::string& path, uint64_t part_bytes = kPartBytes);
 
  private:
   ObjectClient(ObjectUri uri, std::string endpoint, bool virtual_host, RequestPolicy policy, std::string key_id,
@@ -102,6 +111,11 @@ class ObjectClient {
   ErrorContext Context(const std::string& key) const;
   HttpRequest HeadRequest(const std::string& key) const;
   Result<ListPage> ListPageAt(const std::string& prefix, const std::string& token);
+  // The steps of a multipart upload (multipart_upload.cc). `query` is already canonical.
+  Result<HttpResponse> Send(const std::string& op, const std::string& method, const std::string& key,
+                            const std::string& query, std::string body);
+  Result<std::string> UploadParts(const std::string& key, const std::string& path, uint64_t size, uint64_t part_bytes,
+                                  const std::string& upload_id);
   Status ProbeBucket();
 
   const ObjectUri uri_;

@@ -106,4 +106,20 @@ bool ParseListPage(const std::string& xml, ListPage* page) {
   return !(page->truncated && page->next_token.empty());
 }
 
+std::string XmlEscape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace shardcache::objstore

@@ -15,6 +15,8 @@ namespace shardcache::objstore {
 // Advances *pos past the closing tag when found (pos may be null).
 std::string XmlElement(const std::string& xml, const std::string& tag, size_t* pos = nullptr);
 std::string XmlUnescape(const std::string& text);
+// `text` with & < > " ' as entity references, for an element's content.
+std::string XmlEscape(const std::string& text);
 
 struct S3Error {
   std::string code;     // "NoSuchBucket", "SlowDown", ...; "" when the body is not an S3 error

@@ -12,7 +12,11 @@ served with ETag "v1" to HEAD and (ranged) GET. MODE scripts the faults:
   sigv4:SECRET  requests must carry a valid SigV4 signature for access key AKIDEXAMPLE and SECRET,
                 checked with botocore's signer (python3-botocore): else 403 InvalidAccessKeyId or
                 SignatureDoesNotMatch, as S3 answers. Also answers ListObjectsV2 (GET /bucket?...)
-                with one object and accepts PUT (checking x-amz-content-sha256 against the body)
+                with one object, accepts PUT (checking x-amz-content-sha256 against the body) and
+                the steps of a multipart upload (POST ?uploads=, PUT ?partNumber=&uploadId=,
+                POST ?uploadId=, DELETE ?uploadId=)
+  partfail      multipart uploads whose second part is refused with 403 AccessDenied (no
+                signature check); everything else as in sigv4 mode
   drop_change   the first GET sends half its body with ETag "v1" and closes; from then on the
                 object is another version (ETag "v2", other bytes)
 Writes the port it listens on to PORT_FILE, and one line per request to stdout:
@@ -79,6 +83,19 @@ def list_xml():
             f'</ListBucketResult>').encode()
 
 
+def multipart_reply(handler):
+    """The body of a multipart step's answer, or None when the request is not one."""
+    if handler.command == "POST" and "uploads=" in handler.path:
+        return (b'<?xml version="1.0" encoding="UTF-8"?>\n<InitiateMultipartUploadResult><UploadId>up+load/1'
+                b'</UploadId></InitiateMultipartUploadResult>')
+    if handler.command == "POST" and "uploadId=" in handler.path:
+        return (b'<?xml version="1.0" encoding="UTF-8"?>\n<CompleteMultipartUploadResult><ETag>&quot;whole-3&quot;'
+                b'</ETag></CompleteMultipartUploadResult>')
+    if handler.command in ("PUT", "DELETE") and "uploadId=" in handler.path:
+        return b""
+    return None
+
+
 def error_xml(code, message):
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
             f'<Message>{message}</Message></Error>').encode()
@@ -106,11 +123,21 @@ class Handler(BaseHTTPRequestHandler):
             sys.stdout.flush()
         if KIND == "delay":
             time.sleep(int(COUNT) / 1000)
-        if KIND == "sigv4":
+        if KIND in ("sigv4", "partfail"):
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            code = check_signature(self, body)
+            code = check_signature(self, body) if KIND == "sigv4" else None
             if code:
                 return self.send_error_xml(403, code, "refused by fault_server.py")
+            if KIND == "partfail" and "partNumber=2&" in self.path:
+                return self.send_error_xml(403, "AccessDenied", "part refused by fault_server.py")
+            reply = multipart_reply(self)
+            if reply is not None:
+                self.send_response(204 if self.command == "DELETE" else 200)
+                self.send_header("ETag", f'"part-{len(body)}"')
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+                return
             if self.command == "PUT" or "?" in self.path:
                 reply = list_xml() if "?" in self.path else b""
                 self.send_response(200)
@@ -155,6 +182,8 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = serve
     do_HEAD = serve
     do_PUT = serve
+    do_POST = serve
+    do_DELETE = serve
 
 
 def main():

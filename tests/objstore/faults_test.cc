@@ -6,9 +6,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/fs.h"
 #include "objstore/object_client.h"
 #include "objstore/objstore_metrics.h"
 #include "objstore/test_servers.h"
+#include "testing/temp_dir.h"
 
 namespace shardcache::objstore {
 namespace {
@@ -215,6 +217,55 @@ TEST_CASE("ranged reads run in parallel up to the connection cap and reuse conne
   INFO(server.RequestLog());
   // Both batches used the same 4 connections.
   CHECK(ClientPorts(server.RequestLog()).size() == 4);
+}
+
+TEST_CASE("a multipart upload's requests verify with botocore's signer and complete with the parts' ETags",
+          "[objstore][faults]") {
+  testing::FaultServer server("sigv4:RightSecret/With+Chars=", kSize);
+  ObjectStoreOptions o;
+  o.endpoint = server.endpoint();
+  o.credentials = {"AKIDEXAMPLE", "RightSecret/With+Chars=", "", ""};
+  auto client = ObjectClient::Open(*ParseObjectUri("s3://bucket/prefix"), o);
+  REQUIRE(client.ok());
+  shardcache::testing::TempDir tmp;
+  const std::string big = tmp.path() + "/big", small = tmp.path() + "/small";
+  REQUIRE(WriteFileAtomic(big, std::string(2 * ObjectClient::kMinPartBytes + 5, 'b')).ok());
+  REQUIRE(WriteFileAtomic(small, std::string(1000, 's')).ok());
+
+  auto etag = (*client)->PutFile("prefix/big file", big, ObjectClient::kMinPartBytes);
+  INFO(etag.status().ToString() << "\n" << server.RequestLog());
+  REQUIRE(etag.ok());
+  CHECK(*etag == "\"whole-3\"");  // CompleteMultipartUpload's answer
+  const std::string log = server.RequestLog();
+  CHECK(Count(log, "POST /bucket/prefix/big%20file?uploads=") == 1);
+  for (int part = 1; part <= 3; ++part) {
+    CHECK(Count(log, "PUT /bucket/prefix/big%20file?partNumber=" + std::to_string(part) + "&uploadId=up%2Bload%2F1") == 1);
+  }
+  CHECK(Count(log, "POST /bucket/prefix/big%20file?uploadId=up%2Bload%2F1") == 1);
+  CHECK(Count(log, "DELETE") == 0);
+
+  // Up to one part: one PUT.
+  REQUIRE((*client)->PutFile("prefix/small", small, ObjectClient::kMinPartBytes).ok());
+  CHECK(Count(server.RequestLog(), "PUT /bucket/prefix/small ") == 1);
+  CHECK((*client)->PutFile("prefix/x", small, 1 << 20).status().code() == StatusCode::kInvalidArgument);
+  CHECK((*client)->PutFile("prefix/x", tmp.path() + "/absent").status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("a refused part aborts the multipart upload with an error naming the object and the part",
+          "[objstore][faults]") {
+  testing::FaultServer server("partfail", kSize);
+  auto client = OpenClient(server);
+  shardcache::testing::TempDir tmp;
+  const std::string big = tmp.path() + "/big";
+  REQUIRE(WriteFileAtomic(big, std::string(3 * ObjectClient::kMinPartBytes, 'b')).ok());
+  auto etag = client->PutFile("prefix/shard-0.bin", big, ObjectClient::kMinPartBytes);
+  REQUIRE_FALSE(etag.ok());
+  CHECK(etag.status().code() == StatusCode::kPermissionDenied);
+  CHECK_THAT(etag.status().message(), Catch::Contains("part 2 of the multipart upload"));
+  CHECK_THAT(etag.status().message(), Catch::Contains("prefix/shard-0.bin"));
+  const std::string log = server.RequestLog();
+  CHECK(Count(log, "partNumber=3") == 0);  // stopped at the refused part
+  CHECK(Count(log, "DELETE /bucket/prefix/shard-0.bin?uploadId=up%2Bload%2F1") == 1);
 }
 
 }  // namespace

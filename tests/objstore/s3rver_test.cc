@@ -8,6 +8,8 @@
 #include "objstore/object_client.h"
 #include "objstore/objstore_metrics.h"
 #include "objstore/test_servers.h"
+#include "common/fs.h"
+#include "testing/temp_dir.h"
 
 namespace shardcache::objstore {
 namespace {
@@ -204,6 +206,25 @@ TEST_CASE("an object rewritten after Stat is a named error, never a mix of versi
   auto shorter = client->ReadRange("data/shard-0", 0, 10, "", st->size);
   REQUIRE(shorter.status().code() == StatusCode::kFailedPrecondition);
   CHECK_THAT(shorter.status().message(), Catch::Contains("size 100000 -> 50"));
+}
+
+TEST_CASE("a file larger than a part is stored by a multipart upload and reads back byte-exact",
+          "[objstore][s3rver]") {
+  testing::S3rver server;
+  auto client = OpenClient("s3://test-bucket/sets/mp", S3rverOptions(server));
+  shardcache::testing::TempDir tmp;
+  const std::string bytes = RandomBytes(2 * ObjectClient::kMinPartBytes + 12345, 7);
+  REQUIRE(WriteFileAtomic(tmp.path() + "/shard", bytes).ok());
+  auto etag = client->PutFile(client->uri().Key("shard-0.bin"), tmp.path() + "/shard", ObjectClient::kMinPartBytes);
+  INFO(etag.status().ToString());
+  REQUIRE(etag.ok());
+  auto st = client->Stat("sets/mp/shard-0.bin");
+  REQUIRE(st.ok());
+  CHECK(st->size == bytes.size());
+  CHECK(st->etag == *etag);
+  auto back = client->Get("sets/mp/shard-0.bin");
+  REQUIRE(back.ok());
+  CHECK(back->bytes == bytes);
 }
 
 }  // namespace
