@@ -549,7 +549,7 @@ int GrpcSource::DemandLimit() const {
   return std::min<int>(controller_.limit() + kDemandLanes, static_cast<int>(slot_busy_.size()));
 }
 
-std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task, bool spare) const {
+std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task) const {
   const bool range = task.block_count > 0;
   const int64_t usual = (range ? range_message_ns_ : chunk_message_ns_).load();
   const std::chrono::nanoseconds floor = range ? std::chrono::milliseconds(200) : std::chrono::seconds(1);
@@ -560,13 +560,7 @@ std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task, bool spar
     // would only send them twice. None until one chunk has shown the usual time.
     return range ? 5 * floor : std::chrono::nanoseconds::max();
   }
-  const auto loaded = std::max(floor, std::chrono::nanoseconds(4 * usual));
-  if (range || !spare) return loaded;
-  // The link is mostly idle (an epoch's tail): the hedge runs as block ranges (RunStriped), so
-  // the chunk is stuck once it is late by 4x the usual time of a range, not of a loaded chunk.
-  const int64_t range_usual = range_message_ns_.load();
-  if (range_usual == 0) return loaded;
-  return std::min(loaded, std::max<std::chrono::nanoseconds>(kSpareStuckFloor, std::chrono::nanoseconds(4 * range_usual)));
+  return std::max(floor, std::chrono::nanoseconds(4 * usual));
 }
 
 void GrpcSource::HedgeLoop() {
@@ -577,14 +571,12 @@ void GrpcSource::HedgeLoop() {
     if (stopping_) break;
     cv_.WaitFor(&mu_, std::chrono::milliseconds(50), [&]() REQUIRES(mu_) { return stopping_; });
     const int64_t now = Clock::now().time_since_epoch().count();
-    // Nothing queued and at most half the limit running: a hedge takes an idle share of the link.
-    const bool spare = demand_.empty() && prefetch_.empty() && 2 * running_ <= controller_.limit();
     for (const std::shared_ptr<FetchTask>& t : running_conn_) {
       if (t == nullptr || t->is_hedge || t->hedge != nullptr) continue;
       // A prefetch is hedged once a demand read waits for one of its chunks.
       if (t->priority != FetchPriority::kDemand && !t->leaders->AnyOpenWanted()) continue;
       const int64_t heard = t->last_heard_ns.load();
-      if (heard == 0 || t->cancelled.load() || std::chrono::nanoseconds(now - heard) < StuckAfter(*t, spare)) continue;
+      if (heard == 0 || t->cancelled.load() || std::chrono::nanoseconds(now - heard) < StuckAfter(*t)) continue;
       if (!health_.up()) continue;  // an outage: another stream would wait as long
       auto h = std::make_shared<FetchTask>();
       h->dataset = t->dataset;
@@ -597,9 +589,9 @@ void GrpcSource::HedgeLoop() {
       h->deadline = t->deadline;
       h->leaders = t->leaders;
       h->is_hedge = true;
-      // At the tail a whole chunk is re-fetched as kStripes block ranges on as many streams: a
-      // copy on one stream would meet a stall as often as the original did.
-      h->striped = spare && t->block_count == 0;
+      // A whole chunk is re-fetched as kStripes block ranges on as many streams: a copy on one
+      // stream would meet a stall as often as the original did.
+      h->striped = t->block_count == 0;
       h->original = t;
       t->hedge = h;
       hedges_.fetch_add(1);

@@ -267,13 +267,12 @@ TEST_CASE("a demand fetch stuck on a stalled stream is hedged on another; the fi
   }
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
   INFO("took " << took << " s");
-  // The hedge's floor (0.2 s for a range; 0.3 s for a chunk while the link is idle, as here)
-  // and a quick fetch, not the 4 s stall.
+  // The hedge's floor (0.2 s for a range, 1 s for a chunk) and a quick fetch, not the 4 s stall.
   CHECK(took < 1.5);
   CHECK(client->stats().hedges == 1);
   CHECK(client->stats().range_hedges == (range ? 1 : 0));
-  // With the link idle a whole chunk's hedge runs striped: a block range per block here (a
-  // chunk of 4 blocks; at most kStripes ranges).
+  // A whole chunk's hedge runs striped: a block range per block here (a chunk of 4 blocks; at
+  // most kStripes ranges).
   static_assert(kChunk / kBlock <= upstream::GrpcSource::kStripes);
   CHECK(client->stats().block_ranges - ranges_before == (range ? 1 : kChunk / kBlock));
   CHECK(client->stats().checksum_failures == 0);
