@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/malloc_tuning.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/metrics.h"
 
@@ -384,6 +385,25 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
     return Status::Ok();
   }
 
+  // One chunk: one message, or parts of part_blocks blocks in order when the reader asks.
+  Status SendChunk(uint64_t index, const Chunk& chunk, upstream::ChunkEncoder& encoder) {
+    const uint64_t size = chunk.bytes.size();
+    const uint64_t part = req_.part_blocks() > 0 ? uint64_t{req_.part_blocks()} * kChunkBlockBytes : size;
+    uint64_t at = 0;
+    do {
+      const uint64_t n = std::min(part, size - at);
+      auto msg = std::make_unique<v1::ChunkMessage>();
+      msg->set_chunk(index);
+      msg->set_hash(chunk.hash.ToBytes());
+      msg->set_first_block(static_cast<uint32_t>(at / kChunkBlockBytes));
+      encoder.Encode(chunk.bytes.data() + at, n, req_.accept_zstd(), msg.get());
+      CountBytes(n, msg->payload().size());
+      if (!Push(std::move(msg))) return Cancelled("client went away");
+      at += n;
+    } while (at < size);
+    return Status::Ok();
+  }
+
   void Produce() {
     Status st = [&]() -> Status {
       SC_ASSIGN_OR_RETURN(DatasetPtr d, svc_->OpenVersion(req_.dataset(), req_.version()));
@@ -395,17 +415,8 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
       ro.via_peers = !req_.from_peer();
       upstream::ChunkEncoder encoder(svc_->options_.encoder);
       if (req_.block_count() > 0) return SendBlocks(d, ro, encoder);
-      return svc_->source_.ReadChunks(
-          d, req_.shard(), req_.first_chunk(), req_.chunk_count(), ro,
-          [&](uint64_t index, const ChunkPtr& chunk) -> Status {
-            auto msg = std::make_unique<v1::ChunkMessage>();
-            msg->set_chunk(index);
-            msg->set_hash(chunk->hash.ToBytes());
-            encoder.Encode(chunk->bytes.data(), chunk->bytes.size(), req_.accept_zstd(), msg.get());
-            CountBytes(chunk->bytes.size(), msg->payload().size());
-            if (!Push(std::move(msg))) return Cancelled("client went away");
-            return Status::Ok();
-          });
+      return svc_->source_.ReadChunks(d, req_.shard(), req_.first_chunk(), req_.chunk_count(), ro,
+                                      [&](uint64_t index, const ChunkPtr& chunk) { return SendChunk(index, *chunk, encoder); });
     }();
     if (!st.ok() && st.code() != StatusCode::kCancelled) {
       SC_LOG_RATE_LIMITED(spdlog::level::info, "ReadChunks '{}' shard {} [{}, +{}): {}", req_.dataset(),

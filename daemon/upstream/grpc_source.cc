@@ -122,6 +122,16 @@ struct GrpcSource::Connection {
   std::unique_ptr<v1::Origin::Stub> stub;
 };
 
+// The bytes of the whole chunk a task is receiving in parts, shared with its hedge: a striped
+// hedge of a stream stalled mid-chunk fetches only the blocks after `filled` and takes the rest
+// from here (RunStriped).
+struct PartialChunk {
+  Mutex mu;
+  uint64_t chunk GUARDED_BY(mu) = UINT64_MAX;  // UINT64_MAX: none
+  AlignedBuffer bytes GUARDED_BY(mu);
+  uint64_t filled GUARDED_BY(mu) = 0;  // bytes [0, filled) arrived
+};
+
 struct GrpcSource::FetchTask {
   DatasetPtr dataset;
   uint32_t shard = 0;
@@ -142,6 +152,7 @@ struct GrpcSource::FetchTask {
   std::shared_ptr<FetchTask> hedge;
   // Steady-clock ns of the running attempt's start or its last message (0: not running).
   std::atomic<int64_t> last_heard_ns{0};
+  PartialChunk partial;  // a whole chunk arriving in parts
 
   // Cancellation by the caller that gave up, or by shutdown: stops between messages and
   // interrupts a blocking Read through the active context.
@@ -551,8 +562,8 @@ int GrpcSource::DemandLimit() const {
 
 std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task) const {
   const bool range = task.block_count > 0;
-  const int64_t usual = (range ? range_message_ns_ : chunk_message_ns_).load();
-  const std::chrono::nanoseconds floor = range ? std::chrono::milliseconds(200) : std::chrono::seconds(1);
+  const int64_t usual = (range ? range_times_ : chunk_times_).Median();
+  const std::chrono::nanoseconds floor = range ? std::chrono::milliseconds(200) : std::chrono::milliseconds(500);
   if (usual == 0) {
     // Before any message of its kind arrived. A block range is a round trip: 5x the floor. A
     // whole chunk's time depends on the link and how many share it, unknown yet: on a cold start
@@ -600,7 +611,7 @@ void GrpcSource::HedgeLoop() {
                           "{}: hedging {} [{}, {}) of shard {} of '{}' (no message for {} ms; usual {} ms; {} streams)",
                           Where(), t->block_count > 0 ? "the block range of chunk" : "chunks", t->first, t->end,
                           t->shard, t->dataset->name, (now - heard) / 1000000,
-                          (t->block_count > 0 ? range_message_ns_ : chunk_message_ns_).load() / 1000000, running_);
+                          (t->block_count > 0 ? range_times_ : chunk_times_).Median() / 1000000, running_);
       demand_.push_front(std::move(h));  // on another slot: the stuck one stays busy
       SpawnWorkers();
       cv_.NotifyAll();
@@ -758,12 +769,20 @@ void GrpcSource::RunStriped(FetchTask& task) {
   const auto& m = task.dataset->manifest;
   const uint64_t len = dataset::ChunkLength(m, task.shard, c);
   const uint64_t blocks = (len + kChunkBlockBytes - 1) / kChunkBlockBytes;
-  const uint64_t per = std::max<uint64_t>(1, (blocks + kStripes - 1) / kStripes);
   auto chunk = std::make_shared<Chunk>();
   chunk->bytes = AlignedBuffer(len);
+  // The blocks the original already brought of this chunk are taken from it, not fetched again.
+  const std::shared_ptr<FetchTask> original = task.original.lock();
+  uint64_t have = 0;
+  if (original) {
+    MutexLock l(&original->partial.mu);
+    if (original->partial.chunk == c) have = original->partial.filled / kChunkBlockBytes * kChunkBlockBytes;
+  }
+  const uint64_t first = have / kChunkBlockBytes;
+  const uint64_t per = std::max<uint64_t>(1, (blocks - first + kStripes - 1) / kStripes);
   std::vector<ChunkPiece> pieces;
   std::vector<PieceRange> ranges;
-  for (uint64_t b = 0; b < blocks; b += per) {
+  for (uint64_t b = first; b < blocks; b += per) {
     const uint64_t b1 = std::min(blocks, b + per), offset = b * kChunkBlockBytes;
     pieces.push_back(ChunkPiece{c, offset, std::min(len, b1 * kChunkBlockBytes) - offset, chunk->bytes.data() + offset});
     ranges.push_back(PieceRange{c, b, b1, pieces.size() - 1, pieces.size(), {}});
@@ -775,7 +794,14 @@ void GrpcSource::RunStriped(FetchTask& task) {
   o.deadline = task.deadline;
   // A hedge never publishes a failure: the original may still bring the chunk.
   if (!FetchRanges(task.dataset, task.shard, order, ranges, o).ok()) return;
-  // Every block was checked against the chunk's verified block table; the root is checked too.
+  if (have > 0) {
+    MutexLock l(&original->partial.mu);
+    // Gone when the original finished the chunk meanwhile (then it published it).
+    if (original->partial.chunk != c || original->partial.filled < have) return;
+    std::memcpy(chunk->bytes.data(), original->partial.bytes.data(), have);
+  }
+  // Every fetched block was checked against the chunk's verified block table; the root is
+  // checked over all of it, the original's part included.
   chunk->hash = ChunkDigest(chunk->bytes.data(), len);
   if (chunk->hash != dataset::ChunkHash(m, task.shard, c)) {
     checksum_failures_.fetch_add(1);
@@ -884,6 +910,7 @@ struct GrpcSource::Attempt {
   Status local;                // a problem we found in what arrived
   Clock::time_point last_heard;
   Clock::duration chunk_time{};  // between the last message and the one before (or the start)
+  Clock::time_point chunk_began;  // the last chunk's end (or the start): a chunk's time on its stream
   grpc::Status finished;         // the stream's own status
 };
 
@@ -949,10 +976,17 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
     req.set_block_count(task.block_count);
     if (!p.table) p.table = tables_.Get(ChunkKey{VersionId(task.dataset->version), task.shard, task.first});
     req.set_want_block_table(p.table == nullptr);
+  } else {
+    req.set_part_blocks(options_.part_blocks);
+  }
+  {
+    MutexLock l(&task.partial.mu);  // a chunk cut off in an earlier attempt starts again
+    task.partial.chunk = UINT64_MAX;
+    task.partial.filled = 0;
   }
   streams_.fetch_add(1);
   Attempt a;
-  a.last_heard = Clock::now();
+  a.last_heard = a.chunk_began = Clock::now();
   task.last_heard_ns.store(a.last_heard.time_since_epoch().count());
   auto reader = conn.stub->ReadChunks(&ctx, req);
   v1::ChunkMessage msg;
@@ -982,13 +1016,19 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
     a.local = b;
     return false;
   }
-  if (msg.chunk() != p.next || msg.first_block() != task.first_block) {
+  const bool range = task.block_count > 0;
+  // A range comes whole; a whole chunk may come in parts, each starting where the last ended.
+  uint64_t want_block = task.first_block;
+  if (!range) {
+    MutexLock l(&task.partial.mu);
+    want_block = task.partial.chunk == p.next ? task.partial.filled / kChunkBlockBytes : 0;
+  }
+  if (msg.chunk() != p.next || msg.first_block() != want_block) {
     a.local = Internal(Where() + " sent chunk " + std::to_string(msg.chunk()) + " from block " +
                        std::to_string(msg.first_block()) + ", expected chunk " + std::to_string(p.next) +
-                       " from block " + std::to_string(task.first_block));
+                       " from block " + std::to_string(want_block));
     return false;
   }
-  const bool range = task.block_count > 0;
   uint64_t len = dataset::ChunkLength(m, task.shard, p.next);
   std::string where = Where() + " dataset '" + task.dataset->name + "' shard " + std::to_string(task.shard) +
                       " ('" + m.shards(static_cast<int>(task.shard)).path() + "') chunk " + std::to_string(p.next) +
@@ -999,17 +1039,19 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
     where += " blocks [" + std::to_string(task.first_block) + ", +" + std::to_string(task.block_count) + ")";
   }
   auto chunk = std::make_shared<Chunk>();
-  Status v = p.decoder.Decode(msg, len, where, &chunk->bytes);
-  if (v.ok() && range) {
-    v = VerifyRange(task, msg, p, *chunk, where);
-  } else if (v.ok()) {
-    chunk->hash = ChunkDigest(chunk->bytes.data(), chunk->bytes.size());
-    const Hash128 want = dataset::ChunkHash(m, task.shard, p.next);
-    if (chunk->hash != want) {
-      v = DataLoss(where + ": the Merkle root (xxh3-128 over 16 KiB blocks) of the received bytes is " + chunk->hash.ToHex() +
-                   ", the manifest says " + want.ToHex());
+  Status v;
+  if (range) {
+    v = p.decoder.Decode(msg, len, where, &chunk->bytes);
+    if (v.ok()) v = VerifyRange(task, msg, p, *chunk, where);
+  } else {
+    bool whole = false;
+    v = TakePart(msg, len, where, p, task.partial, &chunk->bytes, &whole);
+    if (v.ok() && !whole) {  // more parts to come: the stream is alive
+      chunk_times_.Add(std::chrono::duration_cast<std::chrono::nanoseconds>(a.chunk_time).count());
+      return !task.cancelled.load();
     }
   }
+  if (v.ok() && !range) v = VerifyRoot(task, p.next, *chunk, where);
   if (!v.ok()) {
     checksum_failures_.fetch_add(1);
     SC_LOG_RATE_LIMITED(spdlog::level::warn, "refetching: {}", v.message());
@@ -1027,24 +1069,58 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
   ++p.next;
   p.mismatches = 0;
   a.progressed = true;
-  auto& average = range ? range_message_ns_ : chunk_message_ns_;
-  const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(a.chunk_time).count();
-  // Up fast (more streams now share the link, each message takes longer: not a reason to
-  // hedge), down slowly.
-  const int64_t before = average.load();
-  average.store(before == 0 ? took : before + (took - before) / (took > before ? 2 : 8));
+  (range ? range_times_ : chunk_times_).Add(std::chrono::duration_cast<std::chrono::nanoseconds>(a.chunk_time).count());
   // A range's time on its stream is mostly one round trip: reported as a chunk's, it would make
   // the controller judge its raises before any whole chunk could show their effect.
   if (range) {
     ObserveProgress(0, std::chrono::nanoseconds(0));
   } else {
-    ObserveProgress(len, a.chunk_time);
+    ObserveProgress(len, a.last_heard - a.chunk_began);
   }
+  a.chunk_began = a.last_heard;
   if (p.next < task.end && task.leaders->NextOpen(p.next, task.end) == task.end) {
     p.next = task.end;  // the rest came on the hedge's (or the original's) stream
     return false;
   }
   return !task.cancelled.load();
+}
+
+Status GrpcSource::VerifyRoot(const FetchTask& task, uint64_t index, Chunk& chunk, const std::string& where) {
+  chunk.hash = ChunkDigest(chunk.bytes.data(), chunk.bytes.size());
+  const Hash128 want = dataset::ChunkHash(task.dataset->manifest, task.shard, index);
+  if (chunk.hash == want) return Status::Ok();
+  return DataLoss(where + ": the Merkle root (xxh3-128 over 16 KiB blocks) of the received bytes is " + chunk.hash.ToHex() +
+                  ", the manifest says " + want.ToHex());
+}
+
+Status GrpcSource::TakePart(const v1::ChunkMessage& msg, uint64_t len, const std::string& where, TaskProgress& p,
+                            PartialChunk& partial, AlignedBuffer* out, bool* whole) {
+  MutexLock l(&partial.mu);
+  const uint64_t at = partial.chunk == p.next ? partial.filled : 0;
+  if (at == 0 && msg.raw_bytes() == len) {  // the chunk in one message (also from older servers)
+    *whole = true;
+    return p.decoder.Decode(msg, len, where, out);
+  }
+  if (msg.raw_bytes() == 0 || msg.raw_bytes() > len - at) {
+    return DataLoss(where + ": a part of " + std::to_string(msg.raw_bytes()) + " bytes at byte " + std::to_string(at) +
+                    " does not fit the chunk's " + std::to_string(len) + " bytes");
+  }
+  AlignedBuffer part;
+  SC_RETURN_IF_ERROR(
+      p.decoder.Decode(msg, msg.raw_bytes(), where + " part at block " + std::to_string(msg.first_block()), &part));
+  if (at == 0) {
+    partial.chunk = p.next;
+    partial.bytes = AlignedBuffer(len);
+  }
+  std::memcpy(partial.bytes.data() + at, part.data(), part.size());
+  partial.filled = at + part.size();
+  *whole = partial.filled == len;
+  if (*whole) {
+    *out = std::move(partial.bytes);
+    partial.chunk = UINT64_MAX;
+    partial.filled = 0;
+  }
+  return Status::Ok();
 }
 
 Status GrpcSource::VerifyRange(const FetchTask& task, const v1::ChunkMessage& msg, const TaskProgress& p,

@@ -21,21 +21,25 @@
 //     kDemandLanes streams past the limit, so a batch's own reads (a cold epoch's first batch:
 //     a few block ranges) never wait behind prefetch streams that hold every slot for whole
 //     chunks.
+//   * Parts: a whole chunk travels as messages of part_blocks blocks (1 MiB), so a stream's
+//     progress shows every part, not only every chunk (an origin that predates parts sends the
+//     chunk in one message; both are taken). The chunk is checked against its manifest root
+//     once all parts are in.
 //   * Hedging: a demand fetch (a batch's own read) that has had no message for 4x the usual
-//     time of one message of its kind (block range or whole chunk; at least 200 ms / 1 s; the
-//     usual time follows a slower link at once and a faster one gradually; no whole chunk is
-//     hedged before one has arrived: on a cold start they are all slow, none stuck) is
-//     re-issued once on another stream (another connection), unless the upstream is down. Both share the chunks' leaders
-//     (ChunkLeaders): the first verified copy of each chunk is published, the other dropped,
-//     and whichever finishes first ends the other. A stalled connection then costs a batch a
-//     fraction of a second, not the stall. A whole chunk's hedge is kStripes block ranges on as
-//     many streams (RunStriped), since one more whole-chunk stream would meet a stall as often
-//     as the original did. (A lower threshold while the link is mostly idle, at an epoch's tail,
-//     was tried and removed: a whole chunk alone on a narrow window takes a second by nature,
-//     so it hedged chunks that were on their way — 13-22 hedges and 0.80 x link at 60 ms /
-//     256 KiB, against 0 and 0.83 without it; under random stalls it made no difference.)
-//     A prefetch that a demand read waits for is hedged like a demand fetch. Counted in
-//     shardcache_upstream_hedges_total.
+//     time of one message of its kind (block range or part; the median of the last 31, so a
+//     few stalled messages do not raise it; at least 200 ms / 500 ms; no whole chunk is hedged
+//     before one message of its kind has arrived: on a cold start they are all slow, none
+//     stuck) is re-issued once on another stream (another connection), unless the upstream is
+//     down. Both share the chunks' leaders (ChunkLeaders): the first verified copy of each chunk
+//     is published, the other dropped, and whichever finishes first ends the other. A stalled
+//     connection then costs a batch a fraction of a second, not the stall. A whole chunk's
+//     hedge is block ranges on up to kStripes streams (RunStriped) for the blocks the stalled
+//     stream has not brought yet; its parts so far are taken as they are. (A lower threshold
+//     while the link is mostly idle, at an epoch's tail, was tried and removed: a whole chunk
+//     alone on a narrow window takes a second by nature, so it hedged chunks that were on their
+//     way — 13-22 hedges and 0.80 x link at 60 ms / 256 KiB, against 0 and 0.83 without it;
+//     under random stalls it made no difference.) A prefetch that a demand read waits for is
+//     hedged like a demand fetch. Counted in shardcache_upstream_hedges_total.
 //     Opening a dataset's manifest starts connecting those slots, so that the reads
 //     that follow an open do not each wait for a handshake.
 //   * A global bandwidth cap (TokenBucket) shared by all streams; SetBandwidth changes it live.
@@ -95,6 +99,7 @@
 #include "daemon/upstream/block_tables.h"
 #include "daemon/upstream/chunk_leaders.h"
 #include "daemon/upstream/grpc_source_options.h"
+#include "daemon/upstream/message_times.h"
 #include "daemon/upstream/single_flight.h"
 #include "daemon/upstream/stream_controller.h"
 #include "daemon/upstream/token_bucket.h"
@@ -121,6 +126,8 @@ Status FromGrpcStatus(const grpc::Status& s);
 // request. DataLoss from the upstream is final: it verified its own copy and that is corrupt
 // (our own mismatches are handled apart).
 bool Retryable(StatusCode c);
+
+struct PartialChunk;  // grpc_source.cc: a whole chunk arriving in parts
 
 class GrpcSource final : public ChunkSource, public stats::Source {
  public:
@@ -229,6 +236,14 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   Attempt Stream(FetchTask& task, Connection& conn, grpc::ClientContext& ctx, TaskProgress& p);
   // Verifies and publishes one message's chunk; false when the stream must be left.
   bool Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgress& p, Attempt& a);
+  // A whole chunk's message (all of it, or its next part): decoded into `partial` (the task's,
+  // which its hedge reads), and into `out` with *whole set once the chunk is complete. DataLoss
+  // for a part that does not fit the chunk.
+  // A whole chunk's bytes against the manifest's root for chunk `index`; sets chunk.hash.
+  static Status VerifyRoot(const FetchTask& task, uint64_t index, Chunk& chunk, const std::string& where);
+  static Status TakePart(const v1::ChunkMessage& msg, uint64_t len, const std::string& where, TaskProgress& p,
+                         PartialChunk& partial, AlignedBuffer* out, bool* whole);
+
   // Checks a block range's bytes against the block table that came with it (itself checked
   // against the manifest, then remembered) or the one remembered; DataLoss naming the block.
   Status VerifyRange(const FetchTask& task, const v1::ChunkMessage& msg, const TaskProgress& p,
@@ -306,8 +321,9 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   grpc::ClientContext* probe_ctx_ GUARDED_BY(mu_) = nullptr;  // the probe in flight
   std::thread prober_;
   std::thread hedger_;  // HedgeLoop
-  // Moving averages of one message's time on its stream (ns): whole chunks, block ranges.
-  std::atomic<int64_t> chunk_message_ns_{0}, range_message_ns_{0};
+  // One message's usual time on its stream: parts of whole chunks (or whole chunks, from an
+  // upstream that sends no parts), block ranges.
+  MessageTimes chunk_times_, range_times_;
 
   Mutex manifest_mu_;
   struct CachedManifest {

@@ -74,6 +74,10 @@ struct GrpcSourceOptions {
   bool accept_zstd = true;
   // This source reads from another member of a peer group (ReadChunksRequest.from_peer).
   bool from_peer = false;
+  // Blocks (16 KiB) per message of a whole chunk (ReadChunksRequest.part_blocks), so that a
+  // stalled stream shows within a part's time, not a whole chunk's, and a hedge of it fetches
+  // only the blocks still missing. 0 = one message per chunk. Default: 64 (1 MiB).
+  uint32_t part_blocks = 64;
   // Report the shardcache_upstream_* figures (the long link's); a peer group's member
   // connections report their own (peer_group.h) instead.
   bool report_metrics = true;
