@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "daemon/upstream/message_times.h"
 #include "daemon/upstream/single_flight.h"
 #include "daemon/upstream/stream_controller.h"
 #include "daemon/upstream/token_bucket.h"
@@ -288,4 +289,16 @@ TEST_CASE("stream controller fills a link whose connections stall for seconds at
   CHECK(reached_40_at >= 0);
   CHECK(reached_40_at <= 20000);
   CHECK(c.limit() >= 40);
+}
+
+TEST_CASE("message times: the usual time is the median, so stalled messages in the minority do not move it",
+          "[hedge]") {
+  MessageTimes t;
+  CHECK(t.Median() == 0);
+  // 100 ms messages, every third one stalled for 2 s (a connection that stalls at random).
+  for (int i = 0; i < 60; ++i) t.Add(i % 3 == 0 ? 2'000'000'000 : 100'000'000);
+  CHECK(t.Median() == 100'000'000);
+  // Most messages slow down (more streams share the link): the usual time follows within a window.
+  for (size_t i = 0; i < MessageTimes::kWindow; ++i) t.Add(400'000'000);
+  CHECK(t.Median() == 400'000'000);
 }
