@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fs.h"
 #include "common/status.h"
 #include "objstore/curl_driver.h"
 #include "objstore/exchange.h"
@@ -114,8 +115,8 @@ class ObjectClient {
   // The steps of a multipart upload (multipart_upload.cc). `query` is already canonical.
   Result<HttpResponse> Send(const std::string& op, const std::string& method, const std::string& key,
                             const std::string& query, std::string body);
-  Result<std::string> UploadParts(const std::string& key, const std::string& path, uint64_t size, uint64_t part_bytes,
-                                  const std::string& upload_id);
+  Result<std::string> UploadParts(const std::string& key, const UniqueFd& fd, const std::string& path, uint64_t size,
+                                  uint64_t part_bytes, const std::string& upload);  // upload: "uploadId=..."
   Status ProbeBucket();
 
   const ObjectUri uri_;

@@ -1095,8 +1095,13 @@ Status GrpcSource::VerifyRoot(const FetchTask& task, uint64_t index, Chunk& chun
 
 Status GrpcSource::TakePart(const v1::ChunkMessage& msg, uint64_t len, const std::string& where, TaskProgress& p,
                             PartialChunk& partial, AlignedBuffer* out, bool* whole) {
-  MutexLock l(&partial.mu);
-  const uint64_t at = partial.chunk == p.next ? partial.filled : 0;
+  // Only this stream writes `partial`; the lock is for its hedge, which reads it, so decoding
+  // runs outside it.
+  uint64_t at;
+  {
+    MutexLock l(&partial.mu);
+    at = partial.chunk == p.next ? partial.filled : 0;
+  }
   if (at == 0 && msg.raw_bytes() == len) {  // the chunk in one message (also from older servers)
     *whole = true;
     return p.decoder.Decode(msg, len, where, out);
@@ -1108,6 +1113,7 @@ Status GrpcSource::TakePart(const v1::ChunkMessage& msg, uint64_t len, const std
   AlignedBuffer part;
   SC_RETURN_IF_ERROR(
       p.decoder.Decode(msg, msg.raw_bytes(), where + " part at block " + std::to_string(msg.first_block()), &part));
+  MutexLock l(&partial.mu);
   if (at == 0) {
     partial.chunk = p.next;
     partial.bytes = AlignedBuffer(len);

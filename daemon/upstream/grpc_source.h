@@ -236,14 +236,13 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   Attempt Stream(FetchTask& task, Connection& conn, grpc::ClientContext& ctx, TaskProgress& p);
   // Verifies and publishes one message's chunk; false when the stream must be left.
   bool Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgress& p, Attempt& a);
+  // A whole chunk's bytes against the manifest's root for chunk `index`; sets chunk.hash.
+  static Status VerifyRoot(const FetchTask& task, uint64_t index, Chunk& chunk, const std::string& where);
   // A whole chunk's message (all of it, or its next part): decoded into `partial` (the task's,
   // which its hedge reads), and into `out` with *whole set once the chunk is complete. DataLoss
   // for a part that does not fit the chunk.
-  // A whole chunk's bytes against the manifest's root for chunk `index`; sets chunk.hash.
-  static Status VerifyRoot(const FetchTask& task, uint64_t index, Chunk& chunk, const std::string& where);
   static Status TakePart(const v1::ChunkMessage& msg, uint64_t len, const std::string& where, TaskProgress& p,
                          PartialChunk& partial, AlignedBuffer* out, bool* whole);
-
   // Checks a block range's bytes against the block table that came with it (itself checked
   // against the manifest, then remembered) or the one remembered; DataLoss naming the block.
   Status VerifyRange(const FetchTask& task, const v1::ChunkMessage& msg, const TaskProgress& p,

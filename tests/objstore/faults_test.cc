@@ -23,10 +23,11 @@ std::string Expected(uint64_t offset, uint64_t length) {
   return s;
 }
 
-std::unique_ptr<ObjectClient> OpenClient(const testing::FaultServer& server, uint32_t max_attempts = 4) {
+std::unique_ptr<ObjectClient> OpenClient(const testing::FaultServer& server, uint32_t max_attempts = 4,
+                                         const std::string& secret = "NotThePrintedSecret") {
   ObjectStoreOptions o;
   o.endpoint = server.endpoint();
-  o.credentials = {"AKIDEXAMPLE", "NotThePrintedSecret", "", ""};
+  o.credentials = {"AKIDEXAMPLE", secret, "", ""};
   o.max_attempts = max_attempts;
   o.backoff_initial_ms = 5;
   o.backoff_max_ms = 20;
@@ -222,17 +223,13 @@ TEST_CASE("ranged reads run in parallel up to the connection cap and reuse conne
 TEST_CASE("a multipart upload's requests verify with botocore's signer and complete with the parts' ETags",
           "[objstore][faults]") {
   testing::FaultServer server("sigv4:RightSecret/With+Chars=", kSize);
-  ObjectStoreOptions o;
-  o.endpoint = server.endpoint();
-  o.credentials = {"AKIDEXAMPLE", "RightSecret/With+Chars=", "", ""};
-  auto client = ObjectClient::Open(*ParseObjectUri("s3://bucket/prefix"), o);
-  REQUIRE(client.ok());
+  auto client = OpenClient(server, 4, "RightSecret/With+Chars=");
   shardcache::testing::TempDir tmp;
   const std::string big = tmp.path() + "/big", small = tmp.path() + "/small";
   REQUIRE(WriteFileAtomic(big, std::string(2 * ObjectClient::kMinPartBytes + 5, 'b')).ok());
   REQUIRE(WriteFileAtomic(small, std::string(1000, 's')).ok());
 
-  auto etag = (*client)->PutFile("prefix/big file", big, ObjectClient::kMinPartBytes);
+  auto etag = client->PutFile("prefix/big file", big, ObjectClient::kMinPartBytes);
   INFO(etag.status().ToString() << "\n" << server.RequestLog());
   REQUIRE(etag.ok());
   CHECK(*etag == "\"whole-3\"");  // CompleteMultipartUpload's answer
@@ -245,10 +242,10 @@ TEST_CASE("a multipart upload's requests verify with botocore's signer and compl
   CHECK(Count(log, "DELETE") == 0);
 
   // Up to one part: one PUT.
-  REQUIRE((*client)->PutFile("prefix/small", small, ObjectClient::kMinPartBytes).ok());
+  REQUIRE(client->PutFile("prefix/small", small, ObjectClient::kMinPartBytes).ok());
   CHECK(Count(server.RequestLog(), "PUT /bucket/prefix/small ") == 1);
-  CHECK((*client)->PutFile("prefix/x", small, 1 << 20).status().code() == StatusCode::kInvalidArgument);
-  CHECK((*client)->PutFile("prefix/x", tmp.path() + "/absent").status().code() == StatusCode::kNotFound);
+  CHECK(client->PutFile("prefix/x", small, 1 << 20).status().code() == StatusCode::kInvalidArgument);
+  CHECK(client->PutFile("prefix/x", tmp.path() + "/absent").status().code() == StatusCode::kNotFound);
 }
 
 TEST_CASE("a refused part aborts the multipart upload with an error naming the object and the part",

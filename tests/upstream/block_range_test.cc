@@ -368,6 +368,17 @@ class PartsOrigin final : public v1::Origin::Service {
   }
   ~PartsOrigin() override { server_->Shutdown(std::chrono::system_clock::now()); }
   std::string Target() const { return "127.0.0.1:" + std::to_string(port_); }
+  // A client of this origin asking for parts of one block, with "recs" open.
+  std::unique_ptr<upstream::GrpcSource> Client(DatasetPtr* recs) const {
+    upstream::GrpcSourceOptions opts;
+    opts.target = Target();
+    opts.part_blocks = 1;
+    auto client = o_.Client(opts);
+    auto d = client->OpenDataset("recs");
+    REQUIRE(d.ok());
+    *recs = *d;
+    return client;
+  }
 
   std::atomic<int64_t> stall_chunk{-1};
   std::atomic<int> stall_after_parts{0};
@@ -433,14 +444,10 @@ TEST_CASE("whole chunks arrive in parts, or whole from an origin that sends no p
   OriginFixture o;
   const bool parts = GENERATE(false, true);
   PartsOrigin origin(o, parts);
-  upstream::GrpcSourceOptions opts;
-  opts.target = origin.Target();
-  opts.part_blocks = 1;
-  auto client = o.Client(opts);
-  auto d = client->OpenDataset("recs");
-  REQUIRE(d.ok());
+  DatasetPtr d;
+  auto client = origin.Client(&d);
   for (uint64_t c = 0; c < 3; ++c) {
-    auto got = client->ReadChunk(*d, 0, c, Within(std::chrono::seconds(10)));
+    auto got = client->ReadChunk(d, 0, c, Within(std::chrono::seconds(10)));
     REQUIRE(got.ok());
     CHECK(ChunkBytes(*got) == FileBytes(o.ShardPath(0), c * kChunk, kChunk));
   }
@@ -474,20 +481,16 @@ TEST_CASE("a stream stalled mid-chunk is hedged for the missing blocks only; the
           "[origin][parts][hedge]") {
   OriginFixture o;
   PartsOrigin origin(o, /*send_parts=*/true);
-  upstream::GrpcSourceOptions opts;
-  opts.target = origin.Target();
-  opts.part_blocks = 1;
-  auto client = o.Client(opts);
-  auto d = client->OpenDataset("recs");
-  REQUIRE(d.ok());
+  DatasetPtr d;
+  auto client = origin.Client(&d);
   for (uint64_t c = 0; c < 3; ++c) {  // the usual time of a part
-    REQUIRE(client->ReadChunk(*d, 1, c, Within(std::chrono::seconds(10))).ok());
+    REQUIRE(client->ReadChunk(d, 1, c, Within(std::chrono::seconds(10))).ok());
   }
   origin.stall_chunk = 1;
   origin.stall_after_parts = 2;  // blocks 0 and 1 arrive, then the stream goes silent
   const uint64_t ranges_before = client->stats().block_ranges;
   const auto t0 = std::chrono::steady_clock::now();
-  auto got = client->ReadChunk(*d, 0, 1, Within(std::chrono::seconds(10)));
+  auto got = client->ReadChunk(d, 0, 1, Within(std::chrono::seconds(10)));
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   REQUIRE(got.ok());
   CHECK(ChunkBytes(*got) == FileBytes(o.ShardPath(0), kChunk, kChunk));
