@@ -47,7 +47,7 @@ Status IndexOneShard(const ShardStore& store, const ShardEntry& f, const IndexOp
 
 // Chunk hashes, one task per chunk across all shards, so one big shard still uses every core.
 Status HashChunks(const ShardStore& store, const std::vector<ShardEntry>& shards, const IndexOptions& o,
-                  unsigned threads, std::vector<ShardResult>* results) {
+                  unsigned threads, const BlockTableSink& tables, std::vector<ShardResult>* results) {
   const uint64_t chunk_bytes = o.chunk_bytes;
   // chunk_start[i] = first global chunk number of shard i.
   std::vector<uint64_t> chunk_start(shards.size() + 1, 0);
@@ -73,7 +73,9 @@ Status HashChunks(const ShardStore& store, const std::vector<ShardEntry>& shards
       buf_bytes = length;
     }
     SC_RETURN_IF_ERROR(store.ReadShard(shards[i], offset, length, buf.get()));
-    const std::string h = ChunkDigest(buf.get(), length).ToBytes();
+    const std::string table = BlockTable(buf.get(), length);
+    if (tables) SC_RETURN_IF_ERROR(tables(i, chunk, table));
+    const std::string h = RootOfBlockTable(table).ToBytes();
     // Tasks write disjoint 16-byte slots of a string sized before the workers started.
     std::memcpy((*results)[i].chunk_hashes.data() + chunk * 16, h.data(), 16);
     done_bytes.fetch_add(length, std::memory_order_relaxed);
@@ -141,7 +143,8 @@ Status CheckIndexOptions(const IndexOptions& options) {
 }
 
 Result<BuiltIndex> BuildIndex(const ShardStore& store, const std::vector<ShardEntry>& shards,
-                              const std::string& name, const IndexOptions& options) {
+                              const std::string& name, const IndexOptions& options,
+                              const BlockTableSink& tables) {
   SC_RETURN_IF_ERROR(CheckIndexOptions(options));
   const unsigned threads = DefaultThreads(options.threads);
   std::vector<ShardResult> results(shards.size());
@@ -149,7 +152,7 @@ Result<BuiltIndex> BuildIndex(const ShardStore& store, const std::vector<ShardEn
   SC_RETURN_IF_ERROR(ParallelFor(shards.size(), threads, [&](uint64_t i) {
     return IndexOneShard(store, shards[i], options, &results[i]);
   }));
-  SC_RETURN_IF_ERROR(HashChunks(store, shards, options, threads, &results));
+  SC_RETURN_IF_ERROR(HashChunks(store, shards, options, threads, tables, &results));
 
   BuiltIndex out;
   out.sample_indexes.resize(shards.size());

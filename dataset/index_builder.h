@@ -2,16 +2,19 @@
 // indexes, wherever the shards' bytes are. A ShardStore reads them — files of a directory
 // (indexer.h) or objects of a bucket, with ranged reads (object_indexer.h) — and BuildIndex
 // builds each shard's sample index, hashes every chunk on `options.threads` workers and
-// serializes the results. It writes nothing: the caller stores the sample indexes first and
-// the manifest last, so no reader sees a manifest whose sample indexes are missing. The same
-// shards give byte-identical output from any store.
+// serializes the results. It writes nothing itself: the caller stores the sample indexes (and
+// any block tables handed to its BlockTableSink) first and the manifest last, so no reader sees
+// a manifest whose sample indexes are missing. The same shards give byte-identical output from
+// any store.
 //
 // Thread safety: BuildIndex calls the store from many threads at once; a ShardStore's methods
 // must be safe for that. `options.progress` is called only on the calling thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,10 @@ struct BuiltIndex {
   std::vector<std::string> sample_indexes;  // serialized, by shard number
 };
 
+// Receives each chunk's block table (common/hash.h) as it is hashed, from the hashing threads
+// (several at once, never twice for one chunk): `shard` is the position in BuildIndex's `shards`.
+using BlockTableSink = std::function<Status(size_t shard, uint64_t chunk, std::string_view table)>;
+
 // InvalidArgument for a chunk size outside [kMinChunkBytes, kMaxChunkBytes] or records without a
 // record size; shared by every indexer so they refuse the same options with the same words.
 Status CheckIndexOptions(const IndexOptions& options);
@@ -51,7 +58,9 @@ Status CheckIndexOptions(const IndexOptions& options);
 // `store`, for a manifest named `name` (already checked). options.name is ignored. Errors name
 // the shard (and offset where one applies): InvalidArgument for a shard that does not fit the
 // format, DataLoss for corrupt shards, what the store returns for failed reads.
+// `tables`, when set, gets every chunk's block table; its error ends the build.
 Result<BuiltIndex> BuildIndex(const ShardStore& store, const std::vector<ShardEntry>& shards,
-                              const std::string& name, const IndexOptions& options);
+                              const std::string& name, const IndexOptions& options,
+                              const BlockTableSink& tables = {});
 
 }  // namespace shardcache::dataset

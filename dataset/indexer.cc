@@ -146,12 +146,24 @@ Result<DatasetPtr> IndexDirectory(const std::string& dir, const IndexOptions& op
   SC_ASSIGN_OR_RETURN(const std::string name, DatasetName(dir, options.name));
   SC_ASSIGN_OR_RETURN(std::vector<ListedFile> files, WalkDirectory(dir));
   SC_ASSIGN_OR_RETURN(std::vector<ShardEntry> shards, SelectShards(std::move(files), options.format, dir));
-  SC_ASSIGN_OR_RETURN(BuiltIndex built, BuildIndex(FileShardStore(dir), shards, name, options));
+  // Block tables are written as the chunks are hashed, each shard's file emptied first (a shard
+  // that shrank leaves no tables of chunks it no longer has).
+  const std::string meta = dir + "/" + kMetaDirName;
+  SC_RETURN_IF_ERROR(MakeDirs(meta + "/blocks"));
+  for (size_t i = 0; i < shards.size(); ++i) {
+    SC_RETURN_IF_ERROR(OpenFile(BlockTablesPath(dir, static_cast<uint32_t>(i)), O_WRONLY | O_CREAT | O_TRUNC).status());
+  }
+  const uint64_t stride = BlockTableStride(options.chunk_bytes);
+  auto write_table = [&](size_t shard, uint64_t chunk, std::string_view table) -> Status {
+    const std::string path = BlockTablesPath(dir, static_cast<uint32_t>(shard));
+    SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenFile(path, O_WRONLY));
+    return PwriteFull(fd.get(), table.data(), table.size(), chunk * stride, path);
+  };
+  SC_ASSIGN_OR_RETURN(BuiltIndex built, BuildIndex(FileShardStore(dir), shards, name, options, write_table));
 
   // Sample indexes, then the manifest. The sample indexes are written without a per-file fsync
   // (12 ms each: minutes for thousands of shards) and made durable by one syncfs() before the
   // manifest that references them is written atomically.
-  const std::string meta = dir + "/" + kMetaDirName;
   SC_RETURN_IF_ERROR(MakeDirs(meta + "/samples"));
   SC_RETURN_IF_ERROR(ParallelFor(shards.size(), DefaultThreads(options.threads), [&](uint64_t i) -> Status {
     return WriteFileUnsynced(SampleIndexPath(dir, static_cast<uint32_t>(i)), built.sample_indexes[i]);
@@ -160,10 +172,11 @@ Result<DatasetPtr> IndexDirectory(const std::string& dir, const IndexOptions& op
     SC_ASSIGN_OR_RETURN(UniqueFd meta_fd, OpenFile(meta + "/samples", O_RDONLY | O_DIRECTORY));
     if (::syncfs(meta_fd.get()) != 0) return ErrnoStatus(errno, "syncfs " + meta);
   }
-  // Sample indexes left over from an earlier index with more shards.
+  // Sample indexes and block tables left over from an earlier index with more shards.
   for (size_t i = shards.size();; ++i) {
-    const std::string stale = SampleIndexPath(dir, static_cast<uint32_t>(i));
-    if (::unlink(stale.c_str()) != 0) break;
+    const bool samples = ::unlink(SampleIndexPath(dir, static_cast<uint32_t>(i)).c_str()) == 0;
+    const bool tables = ::unlink(BlockTablesPath(dir, static_cast<uint32_t>(i)).c_str()) == 0;
+    if (!samples && !tables) break;
   }
   SC_RETURN_IF_ERROR(WriteFileAtomic(ManifestPath(dir), built.manifest_bytes));
   spdlog::debug("indexed {}: {} shards, version {}", dir, shards.size(), ManifestVersion(built.manifest_bytes));

@@ -14,6 +14,14 @@ std::string SampleIndexPath(const std::string& dataset_dir, uint32_t shard) {
   return dataset_dir + "/" + kMetaDirName + "/samples/" + std::to_string(shard) + ".pb";
 }
 
+std::string BlockTablesRelPath(uint32_t shard) {
+  return std::string(kMetaDirName) + "/blocks/" + std::to_string(shard) + ".bin";
+}
+
+std::string BlockTablesPath(const std::string& dataset_dir, uint32_t shard) {
+  return dataset_dir + "/" + BlockTablesRelPath(shard);
+}
+
 std::string ManifestVersion(std::string_view manifest_bytes) {
   return HashBytes(manifest_bytes).ToHex();
 }

@@ -32,6 +32,15 @@ constexpr uint64_t kMaxChunkBytes = 32ull << 20;
 std::string ManifestPath(const std::string& dataset_dir);
 // "<dir>/.shardcache/samples/<shard>.pb"
 std::string SampleIndexPath(const std::string& dataset_dir, uint32_t shard);
+// "<dir>/.shardcache/blocks/<shard>.bin": the block tables (common/hash.h) of the shard's chunks,
+// chunk c's at c x BlockTableStride(chunk_bytes), so that a block range is served without
+// reading and hashing its whole chunk. Optional: a reader checks each table against the
+// manifest's chunk hash and computes the table itself when the file is absent or disagrees.
+std::string BlockTablesPath(const std::string& dataset_dir, uint32_t shard);
+// The same path relative to the dataset directory.
+std::string BlockTablesRelPath(uint32_t shard);
+// Bytes between two chunks' tables in a block tables file: a full chunk's table.
+inline uint64_t BlockTableStride(uint64_t chunk_bytes) { return ChunkBlockCount(chunk_bytes) * kBlockHashBytes; }
 
 // Parses and validates manifest bytes: format version, chunk size within bounds, one hash per
 // chunk for each shard, sample counts adding up, relative shard paths without "..".

@@ -264,11 +264,33 @@ Status FileSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t firs
   return Status::Ok();
 }
 
+Result<BlockTablePtr> FileSource::StoredTable(const dataset::Dataset& d, uint32_t shard, uint64_t chunk) const {
+  const auto& m = d.manifest;
+  const std::string rel = d.name + "/" + dataset::BlockTablesRelPath(shard);
+  SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenBeneath(rel, O_RDONLY));
+  const uint64_t length = dataset::ChunkLength(m, shard, chunk);
+  std::string table(ChunkBlockCount(length) * kBlockHashBytes, '\0');
+  SC_RETURN_IF_ERROR(PreadFull(fd.get(), table.data(), table.size(), chunk * dataset::BlockTableStride(m.chunk_bytes()),
+                               root_ + "/" + rel));
+  SC_RETURN_IF_ERROR(CheckBlockTable(table, length, dataset::ChunkHash(m, shard, chunk), root_ + "/" + rel));
+  return std::make_shared<const std::string>(std::move(table));
+}
+
 Result<BlockRange> FileSource::ReadBlocks(const DatasetPtr& d, uint32_t shard, uint64_t chunk,
                                           uint32_t first_block, uint32_t block_count, bool want_table,
                                           const ReadOptions& options) {
   const ChunkKey key{VersionId(d->version), shard, chunk};
   BlockTablePtr table = tables_.Get(key);
+  if (!table) {
+    auto stored = StoredTable(*d, shard, chunk);
+    if (stored.ok()) {
+      table = std::move(*stored);
+      tables_.Put(key, table);
+    } else {
+      SC_LOG_RATE_LIMITED(spdlog::level::debug, "block table of chunk {} of shard {} of '{}' not stored: {}", chunk,
+                          shard, d->name, stored.status().ToString());
+    }
+  }
   if (!table) {
     // The first range of this chunk: verify it whole, remember its table, slice.
     SC_ASSIGN_OR_RETURN(BlockRange whole, ChunkSource::ReadBlocks(d, shard, chunk, first_block, block_count,

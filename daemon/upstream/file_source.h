@@ -69,6 +69,10 @@ class FileSource final : public ChunkSource {
   Status ListBelow(const std::string& dir, size_t depth, std::vector<v1::DatasetSummary>* out);
   // Opens a shard file of `dataset` and checks its size against the manifest.
   Result<UniqueFd> OpenShard(const dataset::Dataset& dataset, uint32_t shard) const;
+  // The block table of a chunk as `shardctl index` stored it (dataset::BlockTablesPath), checked
+  // against the manifest's chunk hash; an error when it is absent (an index from before the
+  // tables, an object store) or disagrees (then the caller hashes the chunk itself).
+  Result<BlockTablePtr> StoredTable(const dataset::Dataset& dataset, uint32_t shard, uint64_t chunk) const;
 
   struct Cached {
     DatasetPtr dataset;
@@ -80,7 +84,7 @@ class FileSource final : public ChunkSource {
 
   const std::string root_;   // as given, for messages
   const UniqueFd root_fd_;   // O_RDONLY | O_DIRECTORY; every open is relative to it
-  BlockTables tables_;       // of chunks read whole, for ReadBlocks
+  BlockTables tables_;       // of chunks read whole or stored by the indexer, for ReadBlocks
   Mutex mu_;
   std::map<std::string, Cached> cache_ GUARDED_BY(mu_);  // by dataset name
 };

@@ -9,7 +9,7 @@
 //                                                 hold for `hold_periods`;
 //   * otherwise (settled, not holding)          → probe a raise.
 // Raises start multiplicative (slow start: doubling, as a cross-city link may need tens or
-// hundreds of streams and one stream more per period would take minutes) and become +1 once a
+// hundreds of streams and one stream more per period would take minutes) and become +1/8 once a
 // doubling from the same count did not help twice (the first failure is re-measured: see
 // Decide). Without waiting work nothing changes: an idle or lightly
 // used source does not grow.
@@ -20,7 +20,7 @@
 // together finish together (a burst every 9.6 s at 64 KiB / 150 ms), so a period holds one
 // burst or two — while each chunk's own rate is exact. A period starts one chunk time after a
 // change (chunks requested before it are not measured), lasts at least `period` and until
-// `min_period_chunks` chunks (at most the limit) reported, capped at `max_period`. Without
+// `min_period_chunks` chunks (at most the limit) and half the limit reported, capped at `max_period`. Without
 // chunk reports (chunk_time 0) capacity is the bytes counted over the period.
 //
 // When the upstream refuses a stream for want of capacity (RESOURCE_EXHAUSTED: its per-client
@@ -68,6 +68,8 @@ class StreamController {
   void Refused(int running);
 
  private:
+  // Chunk reports a period needs before it is judged.
+  int PeriodChunks() const REQUIRES(mu_);
   // The limit a probe raises to.
   int NextProbe() const REQUIRES(mu_);
   // Starts a new period at `now` (nothing measured yet).

@@ -1,5 +1,7 @@
 #include "dataset/indexer.h"
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "common/fs.h"
@@ -36,6 +38,40 @@ TEST_CASE("a records dataset indexes into a manifest whose chunks hash the shard
   CHECK(idx->offsets_size() == 100);
   CHECK(idx->offsets(5) == 5000);
   CHECK(idx->lengths(5) == 1000);
+}
+
+TEST_CASE("the indexer stores every chunk's block table at its stride; a re-index with fewer shards drops the rest",
+          "[dataset][indexer][blocks]") {
+  TempDir tmp;
+  auto d = shardcache::testing::MakeRecordsDataset(tmp.path(), "recs", 3, 100, 1000, 65536, 7);
+  REQUIRE(d.ok());
+  const v1::Manifest& m = (*d)->manifest;
+  const uint64_t stride = BlockTableStride(m.chunk_bytes());
+  CHECK(stride == 4 * kBlockHashBytes);
+  for (uint32_t s = 0; s < 3; ++s) {
+    auto shard = ReadFileToString(tmp / ("recs/" + m.shards(static_cast<int>(s)).path()));
+    auto tables = ReadFileToString(BlockTablesPath(tmp / "recs", s));
+    REQUIRE(shard.ok());
+    REQUIRE(tables.ok());
+    const uint64_t chunks = ChunkCount(m, s);
+    // Full chunks at the stride, then the last chunk's (shorter) table: nothing more.
+    CHECK(tables->size() == (chunks - 1) * stride + ChunkBlockCount(ChunkLength(m, s, chunks - 1)) * kBlockHashBytes);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      const std::string want = BlockTable(shard->data() + c * m.chunk_bytes(), ChunkLength(m, s, c));
+      CHECK(tables->substr(c * stride, want.size()) == want);
+      CHECK(RootOfBlockTable(want) == ChunkHash(m, s, c));
+    }
+  }
+  // Re-indexed with one shard fewer: the third shard's tables go with its sample index.
+  REQUIRE(::unlink((tmp / ("recs/" + m.shards(2).path())).c_str()) == 0);
+  IndexOptions o;
+  o.format = v1::RECORDS;
+  o.record_bytes = 1000;
+  o.chunk_bytes = 65536;
+  REQUIRE(IndexDirectory(tmp / "recs", o).ok());
+  CHECK(::access(BlockTablesPath(tmp / "recs", 1).c_str(), F_OK) == 0);
+  CHECK(::access(BlockTablesPath(tmp / "recs", 2).c_str(), F_OK) != 0);
+  CHECK(::access(SampleIndexPath(tmp / "recs", 2).c_str(), F_OK) != 0);
 }
 
 TEST_CASE("tar, token and megatron test datasets index", "[dataset][indexer]") {

@@ -258,10 +258,11 @@ TEST_CASE("a re-indexed dataset is picked up as a new version", "[file_source]")
   CHECK((*b)->version != (*a)->version);
 }
 
-TEST_CASE("block ranges: the first reads its chunk whole, later ones only their blocks, each verified",
+TEST_CASE("block ranges without stored tables: the first reads its chunk whole, later ones only their blocks, each verified",
           "[file_source][blocks][integrity]") {
   TempDir root;
   REQUIRE(MakeRecordsDataset(root.path(), "recs", 1, 40, 4096, 64 << 10).ok());
+  fs::remove_all(root / "recs/.shardcache/blocks");  // as indexed before block tables were stored
   auto src = OpenRoot(root.path());
   auto d = src->OpenDataset("recs");
   REQUIRE(d.ok());
@@ -305,5 +306,61 @@ TEST_CASE("block ranges: the first reads its chunk whole, later ones only their 
     auto good = src->ReadBlocks(*d, 0, 1, 2, 1, false, Within(std::chrono::seconds(10)));
     REQUIRE(good.ok());
     CHECK(range_bytes(*good) == chunk1.substr(32768, 16384));
+  }
+}
+
+TEST_CASE("block ranges use the block tables the indexer stored: the first range reads only its blocks",
+          "[file_source][blocks][integrity]") {
+  TempDir root;
+  REQUIRE(MakeRecordsDataset(root.path(), "recs", 1, 40, 4096, 64 << 10).ok());
+  const std::string path = root / "recs/shard-00000.bin";
+  const std::string tables = root / "recs/.shardcache/blocks/0.bin";
+  const std::string chunk1 = FileBytes(path, 65536, 65536);
+  auto* read_bytes = metrics::Registry::Global().GetCounter("shardcache_file_read_bytes_total", "");
+  auto range_bytes = [](const BlockRange& r) {
+    return std::string(reinterpret_cast<const char*>(r.bytes->bytes.data()) + r.offset, r.size);
+  };
+
+  SECTION("a stored table that matches the manifest is used") {
+    auto src = OpenRoot(root.path());
+    auto d = src->OpenDataset("recs");
+    REQUIRE(d.ok());
+    const uint64_t before = read_bytes->Value();
+    auto r = src->ReadBlocks(*d, 0, 1, 1, 1, /*want_table=*/true, Within(std::chrono::seconds(10)));
+    REQUIRE(r.ok());
+    CHECK(range_bytes(*r) == chunk1.substr(16384, 16384));
+    CHECK(r->table == BlockTable(chunk1.data(), chunk1.size()));
+    CHECK(read_bytes->Value() - before == 16384);  // the block alone
+    // The last, partial chunk's table sits at its stride like the others.
+    auto last = src->ReadBlocks(*d, 0, 2, 0, 2, /*want_table=*/true, Within(std::chrono::seconds(10)));
+    REQUIRE(last.ok());
+    const std::string chunk2 = FileBytes(path, 2 * 65536, 40 * 4096 - 2 * 65536);
+    CHECK(range_bytes(*last) == chunk2);
+    CHECK(last->table == BlockTable(chunk2.data(), chunk2.size()));
+  }
+  SECTION("a stored table that disagrees with the manifest is ignored: the chunk is read and hashed") {
+    {
+      UniqueFd fd(::open(tables.c_str(), O_RDWR));
+      const char x = 0x5a;
+      REQUIRE(::pwrite(fd.get(), &x, 1, dataset::BlockTableStride(65536) + 3) == 1);  // chunk 1's table
+    }
+    auto src = OpenRoot(root.path());
+    auto d = src->OpenDataset("recs");
+    REQUIRE(d.ok());
+    const uint64_t before = read_bytes->Value();
+    auto r = src->ReadBlocks(*d, 0, 1, 1, 1, /*want_table=*/true, Within(std::chrono::seconds(10)));
+    REQUIRE(r.ok());
+    CHECK(range_bytes(*r) == chunk1.substr(16384, 16384));
+    CHECK(r->table == BlockTable(chunk1.data(), chunk1.size()));
+    CHECK(read_bytes->Value() - before == 65536);  // whole, as without a stored table
+  }
+  SECTION("a truncated tables file is ignored as well") {
+    REQUIRE(::truncate(tables.c_str(), 100) == 0);
+    auto src = OpenRoot(root.path());
+    auto d = src->OpenDataset("recs");
+    REQUIRE(d.ok());
+    auto r = src->ReadBlocks(*d, 0, 1, 1, 1, /*want_table=*/false, Within(std::chrono::seconds(10)));
+    REQUIRE(r.ok());
+    CHECK(range_bytes(*r) == chunk1.substr(16384, 16384));
   }
 }

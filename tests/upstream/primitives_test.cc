@@ -148,6 +148,36 @@ TEST_CASE("stream controller fills a link that needs many streams within a few p
   CHECK(c.limit() <= 9);
 }
 
+TEST_CASE("stream controller keeps growing past slow start when the link frees up: probes of an eighth",
+          "[controller]") {
+  // Each stream carries 1 MB/s. A link that first has room for 24 streams ends slow start
+  // (16 -> 32 kept, 32 -> 64 twice without gain) at 32; then it frees up to 60 MB/s. A probe of
+  // one stream could gain at most 1/32 (3%), under the 5% a raise must show, so the limit
+  // would stay at 32 for good; an eighth (+4, +12%) shows.
+  StreamControllerOptions o;
+  o.initial = 16;
+  o.max = 256;
+  o.period = std::chrono::milliseconds(100);
+  o.hold_periods = 3;
+  auto now = Clock::now();
+  StreamController c(o, now);
+  uint64_t bytes = 0;
+  double cap = 24e6;
+  auto step = [&] {
+    now += std::chrono::milliseconds(100);
+    bytes += static_cast<uint64_t>(std::min(cap, 1e6 * c.limit()) * 0.1);
+    c.Observe(now, bytes, true);
+  };
+  for (int i = 0; i < 60; ++i) step();
+  CHECK(c.limit() >= 24);
+  CHECK(c.limit() <= 32);
+  cap = 60e6;
+  for (int i = 0; i < 300; ++i) step();
+  INFO("limit " << c.limit());
+  CHECK(c.limit() >= 55);
+  CHECK(c.limit() <= 80);
+}
+
 TEST_CASE("stream controller does not grow when no work waits", "[controller]") {
   StreamControllerOptions o;
   o.initial = 3;
