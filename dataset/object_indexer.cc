@@ -113,10 +113,16 @@ Result<DatasetPtr> IndexBucket(objstore::ObjectClient& client, const IndexOption
   for (const auto& [rel, o] : listed) files.push_back({rel, o.size});
   SC_ASSIGN_OR_RETURN(std::vector<ShardEntry> shards,
                       SelectShards(std::move(files), options.format, uri.Describe(uri.prefix)));
+  // Sample indexes of an earlier index with more shards, removed once the new manifest is up.
+  std::vector<std::string> stale;
+  for (size_t i = shards.size(); listed.count(std::string(kMetaDirName) + "/samples/" + std::to_string(i) + ".pb"); ++i) {
+    stale.push_back(SampleIndexKey(uri, i));
+  }
   IndexOptions o = options;
   o.threads = ObjectIndexThreads(options.threads);
   SC_ASSIGN_OR_RETURN(BuiltIndex built, BuildIndex(ObjectShardStore(client, std::move(listed)), shards, name, o));
   SC_RETURN_IF_ERROR(UploadIndex(client, built, o.threads));
+  for (const std::string& key : stale) SC_RETURN_IF_ERROR(client.Delete(key).WithContext("removing a stale sample index"));
   spdlog::debug("indexed {}: {} shards, version {}", uri.Describe(uri.prefix), shards.size(),
                 ManifestVersion(built.manifest_bytes));
   return MakeDataset(std::move(built.manifest_bytes), uri.Describe(uri.Key(std::string(kMetaDirName) + "/manifest.pb")),

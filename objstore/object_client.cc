@@ -288,4 +288,11 @@ Result<std::string> ObjectClient::Put(const std::string& key, const std::string&
   return r.etag;
 }
 
+Status ObjectClient::Delete(const std::string& key) {
+  if (!uri_.is_s3()) {
+    return Unimplemented("cannot delete " + uri_.Describe(key) + ": plain http(s) stores are read-only here");
+  }
+  return Send("delete", "DELETE", key, "", "").status();
+}
+
 }  // namespace shardcache::objstore

@@ -97,6 +97,9 @@ class ObjectClient {
   // many GiB needs neither that much memory nor fits S3's 5 GiB limit on one PUT. A failed
   // upload is aborted (the store drops its parts) and its error names the object and the part.
   // InvalidArgument for part_bytes under S3's 5 MiB minimum.
+  // Removes `key` (DELETE; S3 answers success for a key that does not exist). Unimplemented for
+  // http(s):// stores.
+  Status Delete(const std::string& key);
   static constexpr uint64_t kPartBytes = uint64_t{64} << 20;
   static constexpr uint64_t kMinPartBytes = uint64_t{5} << 20;
   Result<std::string> PutFile(const std::string& key, const std::string& path, uint64_t part_bytes = kPartBytes);

@@ -127,6 +127,18 @@ TEST_CASE("shardctl index s3:// writes the index a local copy gets, and the buck
     INFO(out);
     CHECK(warm == 0);
     CHECK_THAT(out, Catch::Contains("warmed 'rec'"));
+    // A shard removed and the prefix indexed again: its sample index goes too, as in a directory.
+    REQUIRE(client->Delete(client->uri().Key("shard-00002.bin")).ok());
+    const int again =
+        Shardctl(s3, "index s3://test-bucket/sets/rec --format records --record-bytes 4KiB --chunk-bytes 64KiB", &out);
+    INFO(out);
+    REQUIRE(again == 0);
+    CHECK_THAT(out, Catch::Contains("2 shards"));
+    auto left = client->List(client->uri().Key(std::string(kMetaDirName) + "/samples/"));
+    REQUIRE(left.ok());
+    std::vector<std::string> keys;
+    for (const auto& o : *left) keys.push_back(o.key);
+    CHECK(keys == std::vector<std::string>{"sets/rec/.shardcache/samples/0.pb", "sets/rec/.shardcache/samples/1.pb"});
   }
   SECTION("tar, read through cached blocks, with --name naming two components") {
     REQUIRE(shardcache::testing::MakeTarDataset(tmp / "local/laion", "train", 2, 30, 1000, 20000, 16 * 1024).ok());
