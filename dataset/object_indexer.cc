@@ -1,13 +1,16 @@
 #include "dataset/object_indexer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "common/mutex.h"
 #include "dataset/dataset_name.h"
+#include "dataset/manifest.h"
 #include "dataset/object_byte_source.h"
 #include "dataset/parallel_for.h"
 #include "dataset/shard_discovery.h"
@@ -64,6 +67,50 @@ std::string SampleIndexKey(const objstore::ObjectUri& uri, size_t shard) {
   return uri.Key(std::string(kMetaDirName) + "/samples/" + std::to_string(shard) + ".pb");
 }
 
+// Collects each shard's block tables as its chunks are hashed and uploads the shard's tables
+// object (BlockTablesRelPath) once its last chunk is in: only the shards being hashed are in
+// memory (ParallelFor takes chunks in order), never the tables of the whole bucket.
+class TableUploader {
+ public:
+  TableUploader(objstore::ObjectClient& client, const std::vector<ShardEntry>& shards, uint64_t chunk_bytes)
+      : client_(client), stride_(BlockTableStride(chunk_bytes)), shards_(shards.size()) {
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const uint64_t chunks = (shards[i].size_bytes + chunk_bytes - 1) / chunk_bytes;
+      MutexLock lock(&shards_[i].mu);
+      shards_[i].left = chunks;
+      if (chunks > 0) {
+        const uint64_t last = shards[i].size_bytes - (chunks - 1) * chunk_bytes;
+        shards_[i].size = (chunks - 1) * stride_ + ChunkBlockCount(last) * kBlockHashBytes;
+      }
+    }
+  }
+
+  Status Add(size_t shard, uint64_t chunk, std::string_view table) {
+    Shard& s = shards_[shard];
+    std::string done;
+    {
+      MutexLock lock(&s.mu);
+      if (s.bytes.size() != s.size) s.bytes.resize(s.size);
+      std::memcpy(s.bytes.data() + chunk * stride_, table.data(), table.size());
+      if (--s.left > 0) return Status::Ok();
+      done.swap(s.bytes);
+    }
+    auto etag = client_.Put(client_.uri().Key(BlockTablesRelPath(static_cast<uint32_t>(shard))), done);
+    return etag.ok() ? Status::Ok() : etag.status().WithContext("uploading the block tables of shard " + std::to_string(shard));
+  }
+
+ private:
+  struct Shard {
+    Mutex mu;
+    uint64_t size = 0;  // of the shard's tables object
+    uint64_t left GUARDED_BY(mu) = 0;  // chunks not yet hashed
+    std::string bytes GUARDED_BY(mu);
+  };
+  objstore::ObjectClient& client_;
+  const uint64_t stride_;
+  std::vector<Shard> shards_;
+};
+
 }  // namespace
 
 unsigned ObjectIndexThreads(unsigned requested) {
@@ -113,14 +160,24 @@ Result<DatasetPtr> IndexBucket(objstore::ObjectClient& client, const IndexOption
   for (const auto& [rel, o] : listed) files.push_back({rel, o.size});
   SC_ASSIGN_OR_RETURN(std::vector<ShardEntry> shards,
                       SelectShards(std::move(files), options.format, uri.Describe(uri.prefix)));
-  // Sample indexes of an earlier index with more shards, removed once the new manifest is up.
+  // Sample indexes and block tables of an earlier index with more shards, removed once the new
+  // manifest is up.
   std::vector<std::string> stale;
-  for (size_t i = shards.size(); listed.count(std::string(kMetaDirName) + "/samples/" + std::to_string(i) + ".pb"); ++i) {
-    stale.push_back(SampleIndexKey(uri, i));
+  for (size_t i = shards.size();; ++i) {
+    const std::string samples = std::string(kMetaDirName) + "/samples/" + std::to_string(i) + ".pb";
+    const std::string tables = BlockTablesRelPath(static_cast<uint32_t>(i));
+    if (listed.count(samples)) stale.push_back(uri.Key(samples));
+    if (listed.count(tables)) stale.push_back(uri.Key(tables));
+    if (!listed.count(samples) && !listed.count(tables)) break;
   }
   IndexOptions o = options;
   o.threads = ObjectIndexThreads(options.threads);
-  SC_ASSIGN_OR_RETURN(BuiltIndex built, BuildIndex(ObjectShardStore(client, std::move(listed)), shards, name, o));
+  TableUploader tables(client, shards, o.chunk_bytes);
+  SC_ASSIGN_OR_RETURN(BuiltIndex built,
+                      BuildIndex(ObjectShardStore(client, std::move(listed)), shards, name, o,
+                                 [&](size_t shard, uint64_t chunk, std::string_view table) {
+                                   return tables.Add(shard, chunk, table);
+                                 }));
   SC_RETURN_IF_ERROR(UploadIndex(client, built, o.threads));
   for (const std::string& key : stale) SC_RETURN_IF_ERROR(client.Delete(key).WithContext("removing a stale sample index"));
   spdlog::debug("indexed {}: {} shards, version {}", uri.Describe(uri.prefix), shards.size(),

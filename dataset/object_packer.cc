@@ -47,7 +47,8 @@ Status CheckEmptyPrefix(objstore::ObjectClient& client) {
   return Status::Ok();
 }
 
-// Uploads every shard of the dataset in `dir`, then its index (manifest last).
+// Uploads every shard of the dataset in `dir` with its block tables, then its index (manifest
+// last).
 Status UploadDataset(objstore::ObjectClient& client, const std::string& dir, const Dataset& d,
                      const PackOptions& options) {
   const v1::Manifest& m = d.manifest;
@@ -62,6 +63,9 @@ Status UploadDataset(objstore::ObjectClient& client, const std::string& dir, con
     // A shard of many GiB goes up as a multipart upload, one part in memory at a time.
     auto etag = client.PutFile(client.uri().Key(path), dir + "/" + path);
     if (!etag.ok()) return etag.status().WithContext("uploading shard " + std::to_string(i));
+    const auto shard = static_cast<uint32_t>(i);
+    etag = client.PutFile(client.uri().Key(BlockTablesRelPath(shard)), BlockTablesPath(dir, shard));
+    if (!etag.ok()) return etag.status().WithContext("uploading the block tables of shard " + std::to_string(i));
     done_bytes.fetch_add(m.shards(static_cast<int>(i)).size_bytes(), std::memory_order_relaxed);
     return Status::Ok();
   }, tick));

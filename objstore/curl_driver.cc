@@ -44,14 +44,15 @@ CurlDriver::~CurlDriver() {
   curl_multi_cleanup(multi_);
 }
 
-bool CurlDriver::Submit(std::shared_ptr<Transfer> t, Clock::time_point not_before) {
+bool CurlDriver::Submit(std::shared_ptr<Transfer> t, Clock::time_point not_before, bool urgent) {
   {
     MutexLock l(&mu_);
     if (stopping()) return false;
     // Kept sorted by not_before; equal times stay in submission order.
-    auto it = std::upper_bound(waiting_.begin(), waiting_.end(), not_before,
+    std::deque<Waiting>& q = urgent ? urgent_ : waiting_;
+    auto it = std::upper_bound(q.begin(), q.end(), not_before,
                                [](Clock::time_point tp, const Waiting& w) { return tp < w.not_before; });
-    waiting_.insert(it, Waiting{not_before, std::move(t)});
+    q.insert(it, Waiting{not_before, std::move(t)});
   }
   curl_multi_wakeup(multi_);
   return true;
@@ -63,12 +64,14 @@ CurlDriver::Clock::time_point CurlDriver::StartDue() {
   Clock::time_point next = Clock::time_point::max();
   {
     MutexLock l(&mu_);
-    while (!waiting_.empty() && running_.size() + due.size() < max_transfers_) {
-      if (waiting_.front().not_before > now) break;
-      due.push_back(std::move(waiting_.front().transfer));
-      waiting_.pop_front();
+    for (std::deque<Waiting>* q : {&urgent_, &waiting_}) {
+      while (!q->empty() && running_.size() + due.size() < max_transfers_) {
+        if (q->front().not_before > now) break;
+        due.push_back(std::move(q->front().transfer));
+        q->pop_front();
+      }
+      if (!q->empty() && q->front().not_before > now) next = std::min(next, q->front().not_before);
     }
-    if (!waiting_.empty() && waiting_.front().not_before > now) next = waiting_.front().not_before;
   }
   for (auto& t : due) {
     CURL* easy = t->Begin();
@@ -108,7 +111,9 @@ void CurlDriver::AbortAll() {
   std::deque<Waiting> waiting;
   {
     MutexLock l(&mu_);
-    waiting.swap(waiting_);
+    waiting.swap(urgent_);
+    waiting.insert(waiting.end(), std::make_move_iterator(waiting_.begin()), std::make_move_iterator(waiting_.end()));
+    waiting_.clear();
   }
   for (auto& w : waiting) w.transfer->Finish(CURLE_ABORTED_BY_CALLBACK);
 }

@@ -57,8 +57,10 @@ class CurlDriver {
   void Stop();
   CurlDriver& operator=(const CurlDriver&) = delete;
 
-  // Queues `t` to begin no earlier than `not_before`. False (and nothing queued) once stopping.
-  bool Submit(std::shared_ptr<Transfer> t, Clock::time_point not_before = {});
+  // Queues `t` to begin no earlier than `not_before`. An `urgent` transfer begins before every
+  // other one that is due (a demand read a trainer waits for, queued behind warm reads). False
+  // (and nothing queued) once stopping.
+  bool Submit(std::shared_ptr<Transfer> t, Clock::time_point not_before = {}, bool urgent = false);
   bool stopping() const { return stop_.load(std::memory_order_acquire); }
 
  private:
@@ -85,6 +87,8 @@ class CurlDriver {
   std::map<CURL*, std::shared_ptr<Transfer>> running_;
 
   Mutex mu_;
+  // Not yet begun, each sorted by not_before: urgent_ first when due, then waiting_.
+  std::deque<Waiting> urgent_ GUARDED_BY(mu_);
   std::deque<Waiting> waiting_ GUARDED_BY(mu_);
 };
 

@@ -348,7 +348,7 @@ void Exchange::Retry(const Status& why, const char* reason) {
     spdlog::warn("objstore: retrying in {} ms (attempt {} of {}): {} [{} similar suppressed]", delay_ms,
                  attempts_ + 1, policy_.max_attempts, why.message(), suppressed);
   }
-  if (!driver_->Submit(shared_from_this(), CurlDriver::Clock::now() + std::chrono::milliseconds(delay_ms))) {
+  if (!driver_->Submit(shared_from_this(), CurlDriver::Clock::now() + std::chrono::milliseconds(delay_ms), req_.urgent)) {
     Complete(Cancelled("object store client stopped while retrying " + req_.ctx.object));
   }
 }
@@ -363,8 +363,9 @@ void Exchange::Complete(Result<HttpResponse> r) {
 }  // namespace
 
 void RunExchange(CurlDriver* driver, const RequestPolicy& policy, HttpRequest request, HttpCompletion done) {
+  const bool urgent = request.urgent;
   auto ex = std::make_shared<Exchange>(driver, policy, std::move(request), std::move(done));
-  if (!driver->Submit(ex)) ex->Finish(CURLE_ABORTED_BY_CALLBACK);
+  if (!driver->Submit(ex, {}, urgent)) ex->Finish(CURLE_ABORTED_BY_CALLBACK);
 }
 
 Result<HttpResponse> RunExchangeSync(CurlDriver* driver, const RequestPolicy& policy, HttpRequest request) {

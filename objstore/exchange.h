@@ -64,6 +64,7 @@ struct HttpRequest {
   std::string expect_etag;               // "" = take the first response's
   uint64_t expect_size = kUnknownSize;   // the whole object's size
   ErrorContext ctx;
+  bool urgent = false;  // begins before queued requests that are not (CurlDriver::Submit)
 };
 
 struct HttpResponse {

@@ -190,6 +190,7 @@ void ObjectClient::ReadRangeAsync(const RangeRead& range, std::function<void(Res
   req.expect_etag = range.expected_etag;
   req.expect_size = range.expected_size;
   req.dest = range.dest;
+  req.urgent = range.urgent;
   req.ctx = Context(range.key);
   RunExchange(driver_.get(), policy_, std::move(req), [done = std::move(done)](Result<HttpResponse> r) {
     if (!r.ok()) return done(r.status());

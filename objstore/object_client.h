@@ -57,6 +57,7 @@ struct RangeRead {
   std::string expected_etag;
   uint64_t expected_size = kUnknownSize;
   uint8_t* dest = nullptr;
+  bool urgent = false;  // a demand read: begins before queued reads that are not
 };
 
 class ObjectClient {

@@ -26,6 +26,13 @@ metrics::Counter* WrittenBytesCounter() {
   return c;
 }
 
+metrics::Counter* ChecksumFailuresCounter() {
+  static metrics::Counter* c = metrics::Registry::Global().GetCounter(
+      "shardcache_objstore_checksum_failures_total",
+      "Chunks or blocks read from object storage whose xxh3-128 did not match the manifest");
+  return c;
+}
+
 metrics::Counter* RetriesCounter(const std::string& reason) {
   return Labeled("shardcache_objstore_retries_total",
                  "Object-storage requests retried, by reason (throttled, server, dropped)", "reason", reason);

@@ -7,6 +7,8 @@
 //                                               (connection failed, timed out or cut mid-body)
 //   shardcache_objstore_errors_total{kind}      operations that failed: kind = not_found |
 //                                               permission | changed | unavailable | other
+//   shardcache_objstore_checksum_failures_total chunks or blocks read whose hash did not match
+//                                               the manifest (ObjectSource)
 //
 // Thread safety: counters are atomics; the getters register once (function-local statics).
 #pragma once
@@ -23,6 +25,7 @@ metrics::Counter* ReadBytesCounter();
 metrics::Counter* WrittenBytesCounter();
 metrics::Counter* RetriesCounter(const std::string& reason);
 metrics::Counter* ErrorsCounter(const std::string& kind);
+metrics::Counter* ChecksumFailuresCounter();
 // Counts one failed operation under the kind its status code names.
 void CountError(const Status& s);
 

@@ -10,16 +10,10 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "dataset/dataset_name.h"
+#include "objstore/objstore_metrics.h"
 
 namespace shardcache::upstream {
 namespace {
-
-metrics::Counter* ChecksumFailures() {
-  static metrics::Counter* c = metrics::Registry::Global().GetCounter(
-      "shardcache_objstore_checksum_failures_total",
-      "Chunks read from object storage whose xxh3-128 did not match the manifest");
-  return c;
-}
 
 const std::string kManifestTail = std::string("/") + dataset::kMetaDirName + "/manifest.pb";
 
@@ -29,7 +23,7 @@ Result<std::unique_ptr<ObjectSource>> ObjectSource::Open(const std::string& uri,
                                                          const objstore::ObjectStoreOptions& options) {
   SC_ASSIGN_OR_RETURN(objstore::ObjectUri parsed, objstore::ParseObjectUri(uri));
   SC_ASSIGN_OR_RETURN(auto client, objstore::ObjectClient::Open(parsed, options));
-  ChecksumFailures();  // the family exists, at zero, from the start
+  objstore::ChecksumFailuresCounter();  // the family exists, at zero, from the start
   return std::unique_ptr<ObjectSource>(new ObjectSource(std::move(client)));
 }
 
@@ -156,7 +150,7 @@ Status ObjectSource::Deliver(const DatasetPtr& d, uint32_t shard, uint64_t c, co
   chunk->hash = ChunkDigest(chunk->bytes.data(), len);
   const Hash128 want = dataset::ChunkHash(m, shard, c);
   if (chunk->hash != want) {
-    ChecksumFailures()->Add();
+    objstore::ChecksumFailuresCounter()->Add();
     const std::string msg = object + " (dataset '" + d->name + "', shard " + std::to_string(shard) + ", chunk " +
                             std::to_string(c) + ", offset " + std::to_string(c * m.chunk_bytes()) + ", " +
                             std::to_string(len) + " bytes): xxh3-128 is " + chunk->hash.ToHex() +
@@ -227,7 +221,8 @@ Status ObjectSource::ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t fi
       for (uint64_t p = 0; p < parts; ++p) {
         const uint64_t off = p * kReadPartBytes;
         objstore::RangeRead read{key,        i * m.chunk_bytes() + off, std::min(kReadPartBytes, len - off),
-                                 state.etag, state.size,                chunk->bytes.data() + off};
+                                 state.etag, state.size,                chunk->bytes.data() + off,
+                                 options.priority == FetchPriority::kDemand};
         client_->ReadRangeAsync(read, [arrivals, i, chunk](Result<std::string> r) {
           MutexLock lock(&arrivals->mu);
           auto& [left, error] = arrivals->partial[i];

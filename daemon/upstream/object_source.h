@@ -3,7 +3,8 @@
 //
 // Layout: the same as a directory's, with keys for paths. Dataset NAME lives under the URI's
 // prefix: its manifest is PREFIX/NAME/.shardcache/manifest.pb, its sample indexes
-// PREFIX/NAME/.shardcache/samples/<shard>.pb, and its shards PREFIX/NAME/<shard path> as the
+// PREFIX/NAME/.shardcache/samples/<shard>.pb, its block tables (optional: ReadPieces)
+// PREFIX/NAME/.shardcache/blocks/<shard>.bin, and its shards PREFIX/NAME/<shard path> as the
 // manifest records them (`shardctl index` output uploaded as is). ListDatasets finds every
 // manifest key under the prefix (s3:// only: plain https has no listing, so it is Unimplemented
 // there and datasets are opened by name).
@@ -24,11 +25,14 @@
 
 #include <map>
 #include <memory>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/mutex.h"
 #include "daemon/source/chunk_source.h"
+#include "daemon/upstream/block_tables.h"
 #include "objstore/object_client.h"
 
 namespace shardcache::upstream {
@@ -51,6 +55,13 @@ class ObjectSource final : public ChunkSource {
   Result<std::string> GetSampleIndex(const DatasetPtr& dataset, uint32_t shard) override;
   Status ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& options, const ChunkSink& sink) override;
+  // Only the 16 KiB blocks covering each piece, as ranged GETs, each block checked against its
+  // chunk's block table (the index's .shardcache/blocks/SHARD.bin object, itself checked against
+  // the manifest's chunk hash). The pieces of a chunk without a usable table (an index from
+  // before the tables) are read through whole chunks, as the default does.
+  Status ReadPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces,
+                    const ReadOptions& options) override;
+  bool FetchesBlockRanges() override { return true; }
   // Requests in flight end with Cancelled, later ones fail at once (ObjectClient::Shutdown).
   void Shutdown() override { client_->Shutdown(); }
 
@@ -74,6 +85,11 @@ class ObjectSource final : public ChunkSource {
   // The shard objects' state for `d` when it is the version loaded last (else: unknown ETags,
   // the manifest's sizes).
   objstore::ObjectStat ShardState(const DatasetPtr& d, uint32_t shard);
+  // The verified block tables of `chunks` of `shard` (null where none is stored or it fails the
+  // check), from tables_ or read in one concurrent go.
+  // `urgent`: a demand read's (objstore::RangeRead::urgent).
+  std::vector<BlockTablePtr> TablesOf(const DatasetPtr& d, uint32_t shard, const std::vector<uint64_t>& chunks,
+                                      bool urgent);
   // Verifies chunk `c` read from `object` (its bytes in place) and hands it to `sink`.
   Status Deliver(const DatasetPtr& d, uint32_t shard, uint64_t c, const std::string& object,
                  std::shared_ptr<Chunk> chunk, const ChunkSink& sink);
@@ -81,6 +97,9 @@ class ObjectSource final : public ChunkSource {
   std::unique_ptr<objstore::ObjectClient> client_;
   Mutex mu_;
   std::map<std::string, LoadedPtr> loaded_ GUARDED_BY(mu_);  // by dataset name
+  BlockTables tables_;  // verified block tables of chunks read in pieces
+  // "VERSION/SHARD" of shards whose block tables object is missing: not asked for again.
+  std::set<std::string> no_tables_ GUARDED_BY(mu_);
 };
 
 }  // namespace shardcache::upstream

@@ -63,7 +63,8 @@ std::string GetObject(objstore::ObjectClient& client, const std::string& rel) {
   return got->bytes;
 }
 
-// The bucket's .shardcache/ objects equal the local directory's index files.
+// The bucket's .shardcache/ objects (manifest, sample indexes, block tables) equal the local
+// directory's index files.
 void RequireSameIndex(objstore::ObjectClient& client, const std::string& dir, int shards) {
   auto manifest = ReadFileToString(ManifestPath(dir));
   REQUIRE(manifest.ok());
@@ -72,6 +73,9 @@ void RequireSameIndex(objstore::ObjectClient& client, const std::string& dir, in
     auto samples = ReadFileToString(SampleIndexPath(dir, static_cast<uint32_t>(i)));
     REQUIRE(samples.ok());
     CHECK(GetObject(client, std::string(kMetaDirName) + "/samples/" + std::to_string(i) + ".pb") == *samples);
+    auto tables = ReadFileToString(BlockTablesPath(dir, static_cast<uint32_t>(i)));
+    REQUIRE(tables.ok());
+    CHECK(GetObject(client, BlockTablesRelPath(static_cast<uint32_t>(i))) == *tables);
   }
 }
 
@@ -127,7 +131,8 @@ TEST_CASE("shardctl index s3:// writes the index a local copy gets, and the buck
     INFO(out);
     CHECK(warm == 0);
     CHECK_THAT(out, Catch::Contains("warmed 'rec'"));
-    // A shard removed and the prefix indexed again: its sample index goes too, as in a directory.
+    // A shard removed and the prefix indexed again: its sample index and block tables go too, as
+    // in a directory.
     REQUIRE(client->Delete(client->uri().Key("shard-00002.bin")).ok());
     const int again =
         Shardctl(s3, "index s3://test-bucket/sets/rec --format records --record-bytes 4KiB --chunk-bytes 64KiB", &out);
@@ -139,6 +144,11 @@ TEST_CASE("shardctl index s3:// writes the index a local copy gets, and the buck
     std::vector<std::string> keys;
     for (const auto& o : *left) keys.push_back(o.key);
     CHECK(keys == std::vector<std::string>{"sets/rec/.shardcache/samples/0.pb", "sets/rec/.shardcache/samples/1.pb"});
+    auto tables = client->List(client->uri().Key(std::string(kMetaDirName) + "/blocks/"));
+    REQUIRE(tables.ok());
+    keys.clear();
+    for (const auto& o : *tables) keys.push_back(o.key);
+    CHECK(keys == std::vector<std::string>{"sets/rec/.shardcache/blocks/0.bin", "sets/rec/.shardcache/blocks/1.bin"});
   }
   SECTION("tar, read through cached blocks, with --name naming two components") {
     REQUIRE(shardcache::testing::MakeTarDataset(tmp / "local/laion", "train", 2, 30, 1000, 20000, 16 * 1024).ok());

@@ -1,6 +1,8 @@
 // ObjectClient against fault_server.py: dropped connections, throttling, refused signatures.
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <set>
 #include <string>
 #include <thread>
@@ -218,6 +220,39 @@ TEST_CASE("ranged reads run in parallel up to the connection cap and reuse conne
   INFO(server.RequestLog());
   // Both batches used the same 4 connections.
   CHECK(ClientPorts(server.RequestLog()).size() == 4);
+}
+
+TEST_CASE("an urgent read begins before queued reads that are not (a demand read behind warm reads)",
+          "[objstore][faults]") {
+  testing::FaultServer server("delay:200", kSize);
+  ObjectStoreOptions o;
+  o.endpoint = server.endpoint();
+  o.max_connections = 2;
+  auto client = ObjectClient::Open(*ParseObjectUri("s3://bucket"), o);
+  REQUIRE(client.ok());
+  using Clock = std::chrono::steady_clock;
+  std::promise<Clock::time_point> urgent_done, last_done;
+  std::atomic<int> left{8};
+  const auto start = Clock::now();
+  for (uint64_t i = 0; i < 8; ++i) {
+    (*client)->ReadRangeAsync(RangeRead{"obj", i * 1000, 1000}, [&](Result<std::string> r) {
+      CHECK(r.ok());
+      if (--left == 0) last_done.set_value(Clock::now());
+    });
+  }
+  RangeRead urgent{"obj", 50000, 1000};
+  urgent.urgent = true;
+  (*client)->ReadRangeAsync(urgent, [&](Result<std::string> r) {
+    CHECK(r.ok());
+    if (r.ok()) CHECK(*r == Expected(50000, 1000));
+    urgent_done.set_value(Clock::now());
+  });
+  const auto urgent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(urgent_done.get_future().get() - start);
+  const auto last_ms = std::chrono::duration_cast<std::chrono::milliseconds>(last_done.get_future().get() - start);
+  // 9 reads of 200 ms on 2 connections: the urgent one in the second round (a queued one would
+  // be in the fifth), the others in the fourth and fifth.
+  CHECK(urgent_ms.count() < 650);
+  CHECK(last_ms.count() >= 780);
 }
 
 TEST_CASE("a multipart upload's requests verify with botocore's signer and complete with the parts' ETags",

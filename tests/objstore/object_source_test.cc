@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/metrics.h"
 #include "objstore/test_servers.h"
 #include "testing/datasets.h"
 #include "testing/temp_dir.h"
@@ -101,6 +102,85 @@ TEST_CASE("a dataset uploaded to a bucket is listed, opened and read chunk by ch
   auto missing = src->OpenDataset("sets/nope");
   CHECK(missing.status().code() == StatusCode::kNotFound);
   CHECK_THAT(missing.status().message(), Catch::StartsWith("dataset 'sets/nope' not found"));
+}
+
+TEST_CASE("pieces are read as the blocks that cover them, verified against the stored block tables",
+          "[objstore][upstream][blocks]") {
+  shardcache::testing::TempDir root;
+  auto local = shardcache::testing::MakeRecordsDataset(root.path(), "ds", 2, 64, 4096, 64 * 1024);
+  REQUIRE(local.ok());
+  objstore::testing::S3rver server;
+  auto* read_bytes = metrics::Registry::Global().GetCounter("shardcache_objstore_read_bytes_total", "");
+  auto* failures = metrics::Registry::Global().GetCounter("shardcache_objstore_checksum_failures_total", "");
+  const std::string shard1 = ReadFile(root / "ds/shard-00001.bin");
+  // Two samples of chunk 1 (one across a block boundary) and one of chunk 3.
+  auto read = [&](ObjectSource& src, const DatasetPtr& d, std::string* got) {
+    got->assign(3 * 4096, '\0');
+    uint8_t* out = reinterpret_cast<uint8_t*>(got->data());
+    const ChunkPiece pieces[] = {{1, 4096, 4096, out}, {1, 14336, 4096, out + 4096}, {3, 0, 4096, out + 8192}};
+    return src.ReadPieces(d, 1, pieces, Soon());
+  };
+  const std::string want = shard1.substr(65536 + 4096, 4096) + shard1.substr(65536 + 14336, 4096) +
+                           shard1.substr(3 * 65536, 4096);
+
+  SECTION("with the tables: only the covering blocks travel") {
+    auto src = OpenSource("s3://test-bucket", S3rverOptions(server));
+    Upload(src->client(), root.path(), "ds");
+    CHECK(src->FetchesBlockRanges());
+    auto d = src->OpenDataset("ds");
+    REQUIRE(d.ok());
+    std::string got;
+    uint64_t before = read_bytes->Value();
+    REQUIRE(read(*src, *d, &got).ok());
+    CHECK(got == want);
+    // Blocks 0, 0-1 of chunk 1 and 0 of chunk 3 (16 KiB each), plus two 64-byte tables.
+    CHECK(read_bytes->Value() - before == 4 * 16384 + 2 * 4 * kBlockHashBytes);
+    before = read_bytes->Value();
+    REQUIRE(read(*src, *d, &got).ok());  // the tables are kept
+    CHECK(read_bytes->Value() - before == 4 * 16384);
+  }
+  SECTION("without them (an index from before the tables): whole chunks, still exact") {
+    auto src = OpenSource("s3://test-bucket", S3rverOptions(server));
+    Upload(src->client(), root.path(), "ds");
+    REQUIRE(src->client().Delete("ds/" + dataset::BlockTablesRelPath(1)).ok());
+    auto d = src->OpenDataset("ds");
+    REQUIRE(d.ok());
+    std::string got;
+    const uint64_t before = read_bytes->Value();
+    REQUIRE(read(*src, *d, &got).ok());
+    CHECK(got == want);
+    CHECK(read_bytes->Value() - before == 2 * 65536);
+  }
+  SECTION("a table that fails the manifest's check is not used") {
+    auto src = OpenSource("s3://test-bucket", S3rverOptions(server));
+    Upload(src->client(), root.path(), "ds");
+    std::string tables = ReadFile(dataset::BlockTablesPath(root / "ds", 1));
+    tables[dataset::BlockTableStride(65536) + 5] ^= 0x11;  // chunk 1's
+    REQUIRE(src->client().Put("ds/" + dataset::BlockTablesRelPath(1), tables).ok());
+    auto d = src->OpenDataset("ds");
+    REQUIRE(d.ok());
+    std::string got;
+    const uint64_t before = read_bytes->Value();
+    REQUIRE(read(*src, *d, &got).ok());
+    CHECK(got == want);
+    CHECK(read_bytes->Value() - before == 65536 + 16384 + 2 * 4 * kBlockHashBytes);  // chunk 1 whole
+  }
+  SECTION("a block whose bytes changed is DataLoss naming the object, never served") {
+    auto src = OpenSource("s3://test-bucket", S3rverOptions(server));
+    Upload(src->client(), root.path(), "ds");
+    std::string bytes = shard1;
+    bytes[3 * 65536 + 100] ^= 0x5a;  // chunk 3, block 0
+    REQUIRE(src->client().Put("ds/shard-00001.bin", bytes).ok());
+    auto d = src->OpenDataset("ds");  // sizes and ETags as they are now: only the hashes tell
+    REQUIRE(d.ok());
+    std::string got;
+    const uint64_t failed = failures->Value();
+    const Status s = read(*src, *d, &got);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK_THAT(s.message(), Catch::Contains("s3://test-bucket/ds/shard-00001.bin") && Catch::Contains("chunk 3") &&
+                                Catch::Contains("block 0"));
+    CHECK(failures->Value() == failed + 1);
+  }
 }
 
 TEST_CASE("a shard object rewritten after indexing is a named error, and wrong bytes are DataLoss",
