@@ -85,11 +85,11 @@ class ObjectSource final : public ChunkSource {
   // The shard objects' state for `d` when it is the version loaded last (else: unknown ETags,
   // the manifest's sizes).
   objstore::ObjectStat ShardState(const DatasetPtr& d, uint32_t shard);
-  // The verified block tables of `chunks` of `shard` (null where none is stored or it fails the
-  // check), from tables_ or read in one concurrent go.
-  // `urgent`: a demand read's (objstore::RangeRead::urgent).
-  std::vector<BlockTablePtr> TablesOf(const DatasetPtr& d, uint32_t shard, const std::vector<uint64_t>& chunks,
-                                      bool urgent);
+  // True once the shard's block tables object was found missing (not asked for again).
+  bool TablesMissing(const DatasetPtr& d, uint32_t shard);
+  // The block table of `chunk` as read (`got`), checked against the manifest and kept in
+  // tables_; null (logged, and a missing object remembered) when it is unusable.
+  BlockTablePtr AdoptTable(const DatasetPtr& d, uint32_t shard, uint64_t chunk, Result<std::string> got);
   // Verifies chunk `c` read from `object` (its bytes in place) and hands it to `sink`.
   Status Deliver(const DatasetPtr& d, uint32_t shard, uint64_t c, const std::string& object,
                  std::shared_ptr<Chunk> chunk, const ChunkSink& sink);
