@@ -876,7 +876,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
 
 void GrpcSource::ObserveProgress(uint64_t chunk_bytes, std::chrono::nanoseconds chunk_time) {
   const int before = controller_.limit();
-  controller_.Observe(Clock::now(), payload_bytes_.load(), waited_.exchange(false), chunk_bytes, chunk_time,
+  controller_.Observe(Clock::now(), wire_bytes_.load(), waited_.exchange(false), chunk_bytes, chunk_time,
                       running_now_.load());
   const int after = controller_.limit();
   m_.goodput->Set(controller_.goodput());

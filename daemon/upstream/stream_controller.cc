@@ -57,7 +57,7 @@ void StreamController::Observe(Clock::time_point now, uint64_t total_bytes, bool
   }
   goodput_ = static_cast<double>(total_bytes - period_bytes_) / std::chrono::duration<double>(elapsed).count();
   const double capacity =
-      chunk_seconds_ > 0 ? chunk_bytes_ / chunk_seconds_ * (running_sum_ / period_chunks_) : goodput_;
+      chunk_seconds_ > 0 && !slow_start_ ? chunk_bytes_ / chunk_seconds_ * (running_sum_ / period_chunks_) : goodput_;
   const bool was_saturated = period_saturated_;
   period_saturated_ = false;
   Restart(now, total_bytes);

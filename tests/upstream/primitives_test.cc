@@ -332,3 +332,16 @@ TEST_CASE("message times: the usual time is the median, so stalled messages in t
   for (size_t i = 0; i < MessageTimes::kWindow; ++i) t.Add(400'000'000);
   CHECK(t.Median() == 400'000'000);
 }
+
+TEST_CASE("message times: when only stalled messages still arrive, the usual time stays; a real slowdown moves it",
+          "[hedge]") {
+  MessageTimes t;
+  for (size_t i = 0; i < MessageTimes::kLongWindow; ++i) t.Add(100'000'000);
+  // An epoch's tail: the fast messages are done, the stalled ones (2 s) arrive one by one. The
+  // usual time does not become the stall: a stuck fetch is still hedged after 400 ms, not 8 s.
+  for (size_t i = 0; i < MessageTimes::kLongWindow / 3; ++i) t.Add(2'000'000'000);
+  CHECK(t.Median() == 100'000'000);
+  // The link really is 10x slower: within a long window the usual time is the new one.
+  for (size_t i = 0; i < MessageTimes::kLongWindow; ++i) t.Add(1'000'000'000);
+  CHECK(t.Median() == 1'000'000'000);
+}
