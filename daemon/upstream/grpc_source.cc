@@ -99,7 +99,7 @@ const UpstreamGauges& M() {
         r.GetGauge("shardcache_upstream_fetches_in_flight", "Upstream streams running now"),
         r.GetGauge("shardcache_upstream_stream_limit", "Adaptive limit of concurrent streams"),
         r.GetGauge("shardcache_upstream_goodput_bytes_per_second",
-                   "Verified bytes per second fetched in the last measuring period"),
+                   "Bytes per second received from the upstream (as the link carries them) in the last measuring period"),
         r.GetGauge("shardcache_upstream_workers", "Upstream fetch threads alive (one per busy or recently used slot)"),
         r.GetGauge("shardcache_upstream_in_flight_bytes",
                    "Chunk bytes requested from the upstream and not yet handed to their readers"),
