@@ -34,15 +34,23 @@ void ChunkEncoder::Encode(const uint8_t* data, size_t size, bool allow_zstd, v1:
     ++skipped_attempts_;
     try_zstd = false;
   }
+  if (try_zstd && options_.probe_bytes > 0 && size >= 4 * options_.probe_bytes) {
+    const size_t probe_limit = static_cast<size_t>(static_cast<double>(options_.probe_bytes) * options_.max_ratio);
+    probe_out_.resize(probe_limit);
+    size_t n = 0;
+    if (!Compresses(data, options_.probe_bytes, probe_out_.data(), probe_limit, &n)) {
+      ++probe_refusals_;
+      try_zstd = false;
+      skip_remaining_ = options_.retry_every > 0 ? options_.retry_every - 1 : 0;
+    }
+  }
   if (try_zstd) {
-    // Capacity just below the break-even size: zstd fails fast with dstSize_tooSmall when the
-    // chunk does not shrink enough, so the miss costs no extra buffer.
+    // Capacity just below the break-even size: zstd stops with dstSize_tooSmall when the chunk
+    // does not shrink enough, so the miss costs no extra buffer.
     const size_t limit = static_cast<size_t>(static_cast<double>(size) * options_.max_ratio);
     payload->resize(limit);
-    auto* cctx = static_cast<ZSTD_CCtx*>(cctx_);
-    ZSTD_CCtx_reset(cctx, ZSTD_reset_session_only);
-    const size_t n = ZSTD_compress2(cctx, payload->data(), limit, data, size);
-    if (!ZSTD_isError(n) && n < limit) {
+    size_t n = 0;
+    if (Compresses(data, size, payload->data(), limit, &n)) {
       payload->resize(n);
       *codec = v1::ZSTD;
       return;
@@ -51,6 +59,13 @@ void ChunkEncoder::Encode(const uint8_t* data, size_t size, bool allow_zstd, v1:
   }
   *codec = v1::RAW;
   payload->assign(reinterpret_cast<const char*>(data), size);
+}
+
+bool ChunkEncoder::Compresses(const uint8_t* data, size_t size, char* out, size_t limit, size_t* n) {
+  auto* cctx = static_cast<ZSTD_CCtx*>(cctx_);
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_only);
+  *n = ZSTD_compress2(cctx, out, limit, data, size);
+  return !ZSTD_isError(*n) && *n < limit;
 }
 
 ChunkDecoder::ChunkDecoder() : dctx_(ZSTD_createDCtx()) {

@@ -36,6 +36,13 @@ struct ChunkEncoderOptions {
   uint32_t retry_every = 16;
   // Chunks below this size are always sent RAW (framing costs more than it saves).
   size_t min_bytes = 512;
+  // A message of at least 4x this many bytes is first tried on its first `probe_bytes`: when
+  // those do not shrink by max_ratio, it goes RAW without compressing the rest. zstd gives up on
+  // incompressible data only near the end of its input, so each first part of a chunk (1 MiB,
+  // a fresh encoder per request) cost the origin a whole compression pass, ~3 ms, for nothing;
+  // at a cold start that was 128 streams' worth of CPU ahead of the first batch's ranges.
+  // 0: no probe.
+  size_t probe_bytes = 16 << 10;
 };
 
 class ChunkEncoder {
@@ -54,12 +61,19 @@ class ChunkEncoder {
 
   // Chunks sent without a compression attempt because of the incompressible streak (tests).
   uint64_t skipped_attempts() const { return skipped_attempts_; }
+  // Chunks sent RAW because their first probe_bytes did not compress (tests).
+  uint64_t probe_refusals() const { return probe_refusals_; }
 
  private:
   const ChunkEncoderOptions options_;
   void* cctx_;                 // ZSTD_CCtx*, reused across chunks
   uint32_t skip_remaining_ = 0;
   uint64_t skipped_attempts_ = 0;
+  uint64_t probe_refusals_ = 0;
+  std::string probe_out_;  // the probe's output, reused
+  // True when `size` bytes at `data` shrink below max_ratio with zstd into `out`'s first `limit`
+  // bytes; n: the compressed size then.
+  bool Compresses(const uint8_t* data, size_t size, char* out, size_t limit, size_t* n);
 };
 
 class ChunkDecoder {

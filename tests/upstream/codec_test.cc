@@ -65,6 +65,29 @@ TEST_CASE("incompressible chunks travel RAW and the encoder stops trying for a w
   }
   // 32 chunks: attempts at chunk 0 and 16, the other 30 skipped.
   CHECK(enc.skipped_attempts() == 30);
+  // Both attempts were settled by the first 16 KiB alone.
+  CHECK(enc.probe_refusals() == 2);
+}
+
+TEST_CASE("a large incompressible message is refused by its first 16 KiB; a compressible one is not", "[codec]") {
+  ChunkEncoder enc;
+  const std::string random = RandomBytes(1 << 20, 99);
+  v1::ChunkMessage msg;
+  enc.Encode(U8(random), random.size(), true, &msg);
+  CHECK(msg.codec() == v1::RAW);
+  CHECK(msg.payload() == random);
+  CHECK(enc.probe_refusals() == 1);
+  ChunkEncoder fresh;
+  const std::string text = TextLike(1 << 20);
+  fresh.Encode(U8(text), text.size(), true, &msg);
+  CHECK(msg.codec() == v1::ZSTD);
+  CHECK(fresh.probe_refusals() == 0);
+  // Under 4x the probe: the whole message is tried, as before.
+  ChunkEncoder small;
+  const std::string piece = RandomBytes(32 << 10, 5);
+  small.Encode(U8(piece), piece.size(), true, &msg);
+  CHECK(msg.codec() == v1::RAW);
+  CHECK(small.probe_refusals() == 0);
 }
 
 TEST_CASE("a client that does not accept zstd always gets RAW", "[codec]") {
