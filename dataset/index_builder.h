@@ -40,7 +40,8 @@ class ShardStore {
   virtual Result<std::string> ReadCompanion(const ShardEntry& shard) const = 0;
 };
 
-// What the indexer stores: <root>/.shardcache/samples/<i>.pb and <root>/.shardcache/manifest.pb.
+// What the indexer stores: <root>/.shardcache/samples/<i>.pb and <root>/.shardcache/manifest.pb
+// (and the block tables, written through a BlockTableSink while the chunks are hashed).
 struct BuiltIndex {
   std::string manifest_bytes;
   std::vector<std::string> sample_indexes;  // serialized, by shard number

@@ -250,8 +250,10 @@ TEST_CASE("an urgent read begins before queued reads that are not (a demand read
   const auto urgent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(urgent_done.get_future().get() - start);
   const auto last_ms = std::chrono::duration_cast<std::chrono::milliseconds>(last_done.get_future().get() - start);
   // 9 reads of 200 ms on 2 connections: the urgent one in the second round (a queued one would
-  // be in the fifth), the others in the fourth and fifth.
-  CHECK(urgent_ms.count() < 650);
+  // be in the fifth, with the last of the others), the others up to the fifth. Compared with
+  // each other, so that a slow machine slows both.
+  INFO("urgent " << urgent_ms.count() << " ms, last other " << last_ms.count() << " ms");
+  CHECK(urgent_ms.count() + 300 < last_ms.count());
   CHECK(last_ms.count() >= 780);
 }
 
