@@ -22,6 +22,10 @@ std::string BlockTablesPath(const std::string& dataset_dir, uint32_t shard) {
   return dataset_dir + "/" + BlockTablesRelPath(shard);
 }
 
+BlockTableSpan BlockTableAt(const v1::Manifest& m, uint32_t shard, uint64_t chunk) {
+  return {chunk * BlockTableStride(m.chunk_bytes()), ChunkBlockCount(ChunkLength(m, shard, chunk)) * kBlockHashBytes};
+}
+
 std::string ManifestVersion(std::string_view manifest_bytes) {
   return HashBytes(manifest_bytes).ToHex();
 }

@@ -41,6 +41,11 @@ std::string BlockTablesPath(const std::string& dataset_dir, uint32_t shard);
 std::string BlockTablesRelPath(uint32_t shard);
 // Bytes between two chunks' tables in a block tables file: a full chunk's table.
 inline uint64_t BlockTableStride(uint64_t chunk_bytes) { return ChunkBlockCount(chunk_bytes) * kBlockHashBytes; }
+// Where chunk `chunk`'s table lies in its shard's block tables file (the last chunk's is shorter).
+struct BlockTableSpan {
+  uint64_t offset = 0, length = 0;
+};
+BlockTableSpan BlockTableAt(const v1::Manifest& m, uint32_t shard, uint64_t chunk);
 
 // Parses and validates manifest bytes: format version, chunk size within bounds, one hash per
 // chunk for each shard, sample counts adding up, relative shard paths without "..".

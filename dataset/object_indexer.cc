@@ -75,13 +75,8 @@ class TableUploader {
   TableUploader(objstore::ObjectClient& client, const std::vector<ShardEntry>& shards, uint64_t chunk_bytes)
       : client_(client), stride_(BlockTableStride(chunk_bytes)), shards_(shards.size()) {
     for (size_t i = 0; i < shards.size(); ++i) {
-      const uint64_t chunks = (shards[i].size_bytes + chunk_bytes - 1) / chunk_bytes;
       MutexLock lock(&shards_[i].mu);
-      shards_[i].left = chunks;
-      if (chunks > 0) {
-        const uint64_t last = shards[i].size_bytes - (chunks - 1) * chunk_bytes;
-        shards_[i].size = (chunks - 1) * stride_ + ChunkBlockCount(last) * kBlockHashBytes;
-      }
+      shards_[i].left = (shards[i].size_bytes + chunk_bytes - 1) / chunk_bytes;
     }
   }
 
@@ -90,7 +85,8 @@ class TableUploader {
     std::string done;
     {
       MutexLock lock(&s.mu);
-      if (s.bytes.size() != s.size) s.bytes.resize(s.size);
+      // The last chunk's table, shorter than the stride, ends the object.
+      s.bytes.resize(std::max<uint64_t>(s.bytes.size(), chunk * stride_ + table.size()));
       std::memcpy(s.bytes.data() + chunk * stride_, table.data(), table.size());
       if (--s.left > 0) return Status::Ok();
       done.swap(s.bytes);
@@ -102,7 +98,6 @@ class TableUploader {
  private:
   struct Shard {
     Mutex mu;
-    uint64_t size = 0;  // of the shard's tables object
     uint64_t left GUARDED_BY(mu) = 0;  // chunks not yet hashed
     std::string bytes GUARDED_BY(mu);
   };

@@ -268,11 +268,11 @@ Result<BlockTablePtr> FileSource::StoredTable(const dataset::Dataset& d, uint32_
   const auto& m = d.manifest;
   const std::string rel = d.name + "/" + dataset::BlockTablesRelPath(shard);
   SC_ASSIGN_OR_RETURN(UniqueFd fd, OpenBeneath(rel, O_RDONLY));
-  const uint64_t length = dataset::ChunkLength(m, shard, chunk);
-  std::string table(ChunkBlockCount(length) * kBlockHashBytes, '\0');
-  SC_RETURN_IF_ERROR(PreadFull(fd.get(), table.data(), table.size(), chunk * dataset::BlockTableStride(m.chunk_bytes()),
-                               root_ + "/" + rel));
-  SC_RETURN_IF_ERROR(CheckBlockTable(table, length, dataset::ChunkHash(m, shard, chunk), root_ + "/" + rel));
+  const dataset::BlockTableSpan at = dataset::BlockTableAt(m, shard, chunk);
+  std::string table(at.length, '\0');
+  SC_RETURN_IF_ERROR(PreadFull(fd.get(), table.data(), table.size(), at.offset, root_ + "/" + rel));
+  SC_RETURN_IF_ERROR(CheckBlockTable(table, dataset::ChunkLength(m, shard, chunk), dataset::ChunkHash(m, shard, chunk),
+                                     root_ + "/" + rel));
   return std::make_shared<const std::string>(std::move(table));
 }
 

@@ -560,9 +560,7 @@ int GrpcSource::DemandLimit() const {
   return std::min<int>(controller_.limit() + kDemandLanes, static_cast<int>(slot_busy_.size()));
 }
 
-std::chrono::nanoseconds GrpcSource::StuckAfter(const FetchTask& task) const {
-  const bool range = task.block_count > 0;
-  const int64_t usual = (range ? range_times_ : chunk_times_).Median();
+std::chrono::nanoseconds GrpcSource::StuckAfter(bool range, int64_t usual) {
   const std::chrono::nanoseconds floor = range ? std::chrono::milliseconds(200) : std::chrono::milliseconds(500);
   if (usual == 0) {
     // Before any message of its kind arrived. A block range is a round trip: 5x the floor. A
@@ -582,12 +580,18 @@ void GrpcSource::HedgeLoop() {
     if (stopping_) break;
     cv_.WaitFor(&mu_, std::chrono::milliseconds(50), [&]() REQUIRES(mu_) { return stopping_; });
     const int64_t now = Clock::now().time_since_epoch().count();
+    // The usual times once per look, not per running task (each is a median over 255 messages).
+    const int64_t usual_part = chunk_times_.Median(), usual_range = range_times_.Median();
+    const std::chrono::nanoseconds stuck_part = StuckAfter(false, usual_part), stuck_range = StuckAfter(true, usual_range);
     for (const std::shared_ptr<FetchTask>& t : running_conn_) {
       if (t == nullptr || t->is_hedge || t->hedge != nullptr) continue;
       // A prefetch is hedged once a demand read waits for one of its chunks.
       if (t->priority != FetchPriority::kDemand && !t->leaders->AnyOpenWanted()) continue;
       const int64_t heard = t->last_heard_ns.load();
-      if (heard == 0 || t->cancelled.load() || std::chrono::nanoseconds(now - heard) < StuckAfter(*t)) continue;
+      const bool range = t->block_count > 0;
+      if (heard == 0 || t->cancelled.load() || std::chrono::nanoseconds(now - heard) < (range ? stuck_range : stuck_part)) {
+        continue;
+      }
       if (!health_.up()) continue;  // an outage: another stream would wait as long
       auto h = std::make_shared<FetchTask>();
       h->dataset = t->dataset;
@@ -606,12 +610,12 @@ void GrpcSource::HedgeLoop() {
       h->original = t;
       t->hedge = h;
       hedges_.fetch_add(1);
-      if (t->block_count > 0) range_hedges_.fetch_add(1);
+      if (range) range_hedges_.fetch_add(1);
       SC_LOG_RATE_LIMITED(spdlog::level::debug,
                           "{}: hedging {} [{}, {}) of shard {} of '{}' (no message for {} ms; usual {} ms; {} streams)",
-                          Where(), t->block_count > 0 ? "the block range of chunk" : "chunks", t->first, t->end,
+                          Where(), range ? "the block range of chunk" : "chunks", t->first, t->end,
                           t->shard, t->dataset->name, (now - heard) / 1000000,
-                          (t->block_count > 0 ? range_times_ : chunk_times_).Median() / 1000000, running_);
+                          (range ? usual_range : usual_part) / 1000000, running_);
       demand_.push_front(std::move(h));  // on another slot: the stuck one stays busy
       SpawnWorkers();
       cv_.NotifyAll();

@@ -208,8 +208,9 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   int DemandLimit() const REQUIRES(mu_);
   // Re-issues stuck demand fetches on another stream (see above); runs while the source lives.
   void HedgeLoop();
-  // How long a running task may go without a message before it is hedged.
-  std::chrono::nanoseconds StuckAfter(const FetchTask& task) const;
+  // How long a running task may go without a message before it is hedged, for a block range
+  // (`range`) or a whole chunk's part, given the usual time of its kind (`usual`, 0: none yet).
+  static std::chrono::nanoseconds StuckAfter(bool range, int64_t usual);
   // Starts connecting the slots a first batch's reads would take (DemandLimit of them) that
   // have no connection yet, in the background; idle ones close after idle_release as always.
   void PreConnect();

@@ -62,9 +62,8 @@ Status ObjectSource::ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<c
   for (size_t i = 0; i < chunks.size(); ++i) {
     tables[i] = tables_.Get(ChunkKey{vid, shard, chunks[i]});
     if (tables[i]) continue;
-    const uint64_t length = ChunkBlockCount(dataset::ChunkLength(m, shard, chunks[i])) * kBlockHashBytes;
-    reads.push_back({tables_key, chunks[i] * dataset::BlockTableStride(m.chunk_bytes()), length, "",
-                     objstore::kUnknownSize, nullptr, urgent});
+    const dataset::BlockTableSpan at = dataset::BlockTableAt(m, shard, chunks[i]);
+    reads.push_back({tables_key, at.offset, at.length, "", objstore::kUnknownSize, nullptr, urgent});
     table_reads.push_back(i);
   }
   const objstore::ObjectStat state = ShardState(d, shard);

@@ -113,75 +113,61 @@ TEST_CASE("pieces are read as the blocks that cover them, verified against the s
   auto* read_bytes = metrics::Registry::Global().GetCounter("shardcache_objstore_read_bytes_total", "");
   auto* failures = metrics::Registry::Global().GetCounter("shardcache_objstore_checksum_failures_total", "");
   const std::string shard1 = ReadFile(root / "ds/shard-00001.bin");
+  auto src = OpenSource("s3://test-bucket", S3rverOptions(server));
+  Upload(src->client(), root.path(), "ds");
+  // Opened after a section changed the bucket: sizes and ETags as they are then.
+  auto open = [&] {
+    auto d = src->OpenDataset("ds");
+    REQUIRE(d.ok());
+    return *d;
+  };
   // Two samples of chunk 1 (one across a block boundary) and one of chunk 3.
-  auto read = [&](ObjectSource& src, const DatasetPtr& d, std::string* got) {
+  auto read = [&](const DatasetPtr& d, std::string* got) {
     got->assign(3 * 4096, '\0');
     uint8_t* out = reinterpret_cast<uint8_t*>(got->data());
     const ChunkPiece pieces[] = {{1, 4096, 4096, out}, {1, 14336, 4096, out + 4096}, {3, 0, 4096, out + 8192}};
-    return src.ReadPieces(d, 1, pieces, Soon());
+    return src->ReadPieces(d, 1, pieces, Soon());
   };
   const std::string want = shard1.substr(65536 + 4096, 4096) + shard1.substr(65536 + 14336, 4096) +
                            shard1.substr(3 * 65536, 4096);
+  // One read, checked byte-exact: the bytes it took from the bucket.
+  auto bytes_read = [&](const DatasetPtr& d) {
+    std::string got;
+    const uint64_t before = read_bytes->Value();
+    REQUIRE(read(d, &got).ok());
+    CHECK(got == want);
+    return read_bytes->Value() - before;
+  };
 
   SECTION("with the tables: only the covering blocks travel") {
-    auto src = OpenSource("s3://test-bucket", S3rverOptions(server));
-    Upload(src->client(), root.path(), "ds");
     CHECK(src->FetchesBlockRanges());
-    auto d = src->OpenDataset("ds");
-    REQUIRE(d.ok());
-    std::string got;
-    uint64_t before = read_bytes->Value();
-    REQUIRE(read(*src, *d, &got).ok());
-    CHECK(got == want);
+    const DatasetPtr d = open();
     // Blocks 0, 0-1 of chunk 1 and 0 of chunk 3 (16 KiB each), plus two 64-byte tables.
-    CHECK(read_bytes->Value() - before == 4 * 16384 + 2 * 4 * kBlockHashBytes);
-    before = read_bytes->Value();
-    REQUIRE(read(*src, *d, &got).ok());  // the tables are kept
-    CHECK(read_bytes->Value() - before == 4 * 16384);
+    CHECK(bytes_read(d) == 4 * 16384 + 2 * 4 * kBlockHashBytes);
+    CHECK(bytes_read(d) == 4 * 16384);  // the tables are kept
   }
   SECTION("without them (an index from before the tables): whole chunks, still exact") {
-    auto src = OpenSource("s3://test-bucket", S3rverOptions(server));
-    Upload(src->client(), root.path(), "ds");
     REQUIRE(src->client().Delete("ds/" + dataset::BlockTablesRelPath(1)).ok());
-    auto d = src->OpenDataset("ds");
-    REQUIRE(d.ok());
-    std::string got;
-    uint64_t before = read_bytes->Value();
-    REQUIRE(read(*src, *d, &got).ok());
-    CHECK(got == want);
+    const DatasetPtr d = open();
     // The blocks went with the table's request (unused), then chunks 1 and 3 whole.
-    CHECK(read_bytes->Value() - before == 4 * 16384 + 2 * 65536);
-    before = read_bytes->Value();
-    REQUIRE(read(*src, *d, &got).ok());  // the missing tables object is not asked for again
-    CHECK(got == want);
-    CHECK(read_bytes->Value() - before == 2 * 65536);
+    CHECK(bytes_read(d) == 4 * 16384 + 2 * 65536);
+    CHECK(bytes_read(d) == 2 * 65536);  // the missing tables object is not asked for again
   }
   SECTION("a table that fails the manifest's check is not used") {
-    auto src = OpenSource("s3://test-bucket", S3rverOptions(server));
-    Upload(src->client(), root.path(), "ds");
     std::string tables = ReadFile(dataset::BlockTablesPath(root / "ds", 1));
     tables[dataset::BlockTableStride(65536) + 5] ^= 0x11;  // chunk 1's
     REQUIRE(src->client().Put("ds/" + dataset::BlockTablesRelPath(1), tables).ok());
-    auto d = src->OpenDataset("ds");
-    REQUIRE(d.ok());
-    std::string got;
-    const uint64_t before = read_bytes->Value();
-    REQUIRE(read(*src, *d, &got).ok());
-    CHECK(got == want);
     // The blocks and both tables, then chunk 1 whole: its blocks are not served on a bad table.
-    CHECK(read_bytes->Value() - before == 4 * 16384 + 2 * 4 * kBlockHashBytes + 65536);
+    CHECK(bytes_read(open()) == 4 * 16384 + 2 * 4 * kBlockHashBytes + 65536);
   }
   SECTION("a block whose bytes changed is DataLoss naming the object, never served") {
-    auto src = OpenSource("s3://test-bucket", S3rverOptions(server));
-    Upload(src->client(), root.path(), "ds");
     std::string bytes = shard1;
     bytes[3 * 65536 + 100] ^= 0x5a;  // chunk 3, block 0
     REQUIRE(src->client().Put("ds/shard-00001.bin", bytes).ok());
-    auto d = src->OpenDataset("ds");  // sizes and ETags as they are now: only the hashes tell
-    REQUIRE(d.ok());
+    const DatasetPtr d = open();  // only the hashes tell
     std::string got;
     const uint64_t failed = failures->Value();
-    const Status s = read(*src, *d, &got);
+    const Status s = read(d, &got);
     CHECK(s.code() == StatusCode::kDataLoss);
     CHECK_THAT(s.message(), Catch::Contains("s3://test-bucket/ds/shard-00001.bin") && Catch::Contains("chunk 3") &&
                                 Catch::Contains("block 0"));
