@@ -55,8 +55,13 @@ void ProcessMetrics::Update() {
       threads_->Set(nthreads);
     }
   }
-  {
-    // Live heap against free heap tells a leak (in-use grows) from fragmentation (free grows).
+  // Live heap against free heap tells a leak (in-use grows) from fragmentation (free grows).
+  // Read at most every kHeapReadInterval: mallinfo2 walks the free lists of every malloc arena
+  // (milliseconds with a few hundred threads), and scrapes come every second or so.
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  int64_t last = heap_read_ns_.load();
+  if (now - last >= std::chrono::nanoseconds(kHeapReadInterval).count() &&
+      heap_read_ns_.compare_exchange_strong(last, now)) {
     const struct mallinfo2 mi = mallinfo2();
     heap_in_use_bytes_->Set(static_cast<double>(mi.uordblks + mi.hblkhd));
     heap_free_bytes_->Set(static_cast<double>(mi.fordblks));

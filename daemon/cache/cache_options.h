@@ -73,7 +73,8 @@ struct CacheOptions {
 
   // Group commit: entries of written chunks are committed to RocksDB (after fdatasync of the
   // segment) once this many bytes are pending, when a segment is sealed, when the write queue
-  // runs empty, or after commit_interval_ms. Default: 64 MiB / 200 ms.
+  // runs empty (not within 50 ms of the last commit), or after commit_interval_ms. Default:
+  // 64 MiB / 200 ms.
   uint64_t commit_bytes = 64ull << 20;
   uint32_t commit_interval_ms = 200;
 

@@ -1,6 +1,7 @@
 #include "daemon/cache/cached_source.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -367,10 +368,27 @@ Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
   if (!options.whole_chunks) {
     // Only the blocks the pieces cover, verified by the upstream against the manifest; kept as
     // runs (chunk_run.h), not as chunks.
-    SC_RETURN_IF_ERROR(upstream_->ReadPieces(dataset, shard, missing, options));
-    for (const ChunkPiece& p : missing) Account(Tier::kUpstream, p.length);  // a miss each
-    KeepRuns(vid, shard, missing);
-    return Status::Ok();
+    // Each is kept as soon as it lands: a read that asks for it meanwhile finds it here instead
+    // of fetching it again (the flight it came on is over).
+    std::vector<bool> kept(missing.size(), false);
+    // The caller's own piece_done hears of each by its index among `pieces` (found by its dest:
+    // destinations do not overlap).
+    std::unordered_map<const uint8_t*, size_t> index_of;
+    if (options.piece_done) {
+      for (size_t i = 0; i < pieces.size(); ++i) index_of.emplace(pieces[i].dest, i);
+    }
+    ReadOptions o = options;
+    o.piece_done = [&](size_t i) {
+      KeepRuns(vid, shard, std::span<const ChunkPiece>(&missing[i], 1));
+      kept[i] = true;
+      if (options.piece_done) options.piece_done(index_of.at(missing[i].dest));
+    };
+    const Status st = upstream_->ReadPieces(dataset, shard, missing, o);
+    for (size_t i = 0; i < missing.size(); ++i) {
+      if (!kept[i] && st.ok()) KeepRuns(vid, shard, std::span<const ChunkPiece>(&missing[i], 1));
+      if (kept[i] || st.ok()) Account(Tier::kUpstream, missing[i].length);  // a miss each
+    }
+    return st;
   }
   // Whole chunks through ReadChunks: single-flight with every other reader, stored on arrival.
   return ChunkSource::ReadPieces(dataset, shard, missing, options);
@@ -462,6 +480,16 @@ bool CachedSource::Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t fir
   const Hash128 vid = VersionId(dataset->version);
   for (uint64_t c = first; c < first + count; ++c) {
     if (!Held(ChunkKey{vid, shard, c})) return false;
+  }
+  return true;
+}
+
+bool CachedSource::HoldsPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces) {
+  const Hash128 vid = VersionId(dataset->version);
+  for (const ChunkPiece& p : pieces) {
+    if (!CheckChunkRange(dataset, shard, p.chunk, 1).ok()) return false;
+    const ChunkKey key{vid, shard, p.chunk};
+    if (!Held(key) && !Held(RunKey(RunId{key, p.offset, p.length}))) return false;
   }
   return true;
 }

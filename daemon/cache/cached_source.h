@@ -89,6 +89,7 @@ class CachedSource final : public ChunkSource, public stats::Source {
   bool ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shard,
                             std::span<const ChunkPiece> pieces, FetchPriority priority) override;
   bool Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count) override;
+  bool HoldsPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces) override;
   // The larger of the NVMe and DRAM budgets (a chunk on NVMe is often in DRAM as well).
   uint64_t CapacityBytes() override;
   void Expedite(const ChunkKey& key) override { upstream_->Expedite(key); }

@@ -17,6 +17,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 // The writer takes up to this much from the queue at once (one pwritev per segment run).
 constexpr size_t kMaxBatchItems = 256;
+// A queue that runs empty within this long of the last commit waits for more before committing.
+constexpr std::chrono::milliseconds kCommitSettle{50};
 constexpr uint64_t kMaxBatchBytes = 16ull << 20;
 
 uint64_t NowUnixSeconds() {
@@ -82,10 +84,12 @@ ChunkPtr NvmeWriter::Pending(const ChunkKey& key) const {
 
 void NvmeWriter::Flush() {
   MutexLock lock(&mu_);
+  ++flush_waiters_;
   writer_cv_.NotifyOne();
   idle_cv_.Wait(&mu_, [&]() REQUIRES(mu_) {
     return stop_ || (queue_.empty() && !writer_busy_ && uncommitted_.empty());
   });
+  --flush_waiters_;
 }
 
 uint64_t NvmeWriter::queued_bytes() const {
@@ -150,7 +154,12 @@ void NvmeWriter::WriterLoop() {
 bool NvmeWriter::Idle(Times* last) {
   const auto idle_tick = std::chrono::milliseconds(options_.writer_idle_tick_ms);
   const auto persist_interval = std::chrono::milliseconds(options_.access_persist_interval_ms);
-  if (!uncommitted_.empty() || stop_) {
+  // The queue ran empty: commit what is written, unless a commit went out moments ago. A trickle
+  // of small entries (a global shuffle's sample runs, 64 KiB each) would otherwise sync the
+  // segment and the index for every few of them.
+  const auto settle = std::min(kCommitSettle, std::chrono::milliseconds(options_.commit_interval_ms));
+  const auto since_commit = Clock::now() - last->commit;
+  if (stop_ || (!uncommitted_.empty() && (since_commit >= settle || flush_waiters_ > 0))) {
     writer_busy_ = true;
     mu_.Unlock();
     Commit();
@@ -161,7 +170,9 @@ bool NvmeWriter::Idle(Times* last) {
   idle_cv_.NotifyAll();
   if (stop_ && queue_.empty()) return false;
   if (!queue_.empty()) return true;
-  writer_cv_.WaitFor(&mu_, idle_tick);
+  const auto until_commit = std::chrono::duration_cast<std::chrono::milliseconds>(settle - since_commit);
+  writer_cv_.WaitFor(&mu_, uncommitted_.empty() ? idle_tick
+                                                : std::clamp(until_commit, std::chrono::milliseconds(1), idle_tick));
   if (queue_.empty() && Clock::now() - last->limits > idle_tick) {
     // Idle: persist access times now and then, and give space back if the floor is hit.
     const bool dirty = segments_->AnyRecordDirty();

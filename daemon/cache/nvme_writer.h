@@ -9,7 +9,8 @@
 //   2. publish it in the ChunkIndex (readers in this process may hit it at once);
 //   3. group commit: fdatasync the segment(s), then ONE synced RocksDB WriteBatch with the new
 //      entries and the raised durable watermark. Commits happen when commit_bytes are pending,
-//      when a segment is sealed, when the queue runs empty, or after commit_interval_ms.
+//      when a segment is sealed, when the queue runs empty (at most every 50 ms then, unless
+//      Flush waits), or after commit_interval_ms.
 //   Data is therefore durable before its index entry; a crash loses at most the uncommitted
 //   tail, never leaves an entry pointing at torn bytes.
 // The block table of each extent is computed here from the chunk Insert was handed, which was
@@ -149,6 +150,7 @@ class NvmeWriter {
   uint64_t queue_bytes_ GUARDED_BY(mu_) = 0;
   std::vector<EntryPut> uncommitted_ GUARDED_BY(mu_);
   uint64_t uncommitted_bytes_ GUARDED_BY(mu_) = 0;
+  int flush_waiters_ GUARDED_BY(mu_) = 0;  // Flush() callers: the next idle commit is not put off
   bool writer_busy_ GUARDED_BY(mu_) = false;
   bool stop_ GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point enospc_backoff_until_{};  // writer thread only

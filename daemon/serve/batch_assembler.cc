@@ -245,33 +245,78 @@ void BatchAssembler::WorkerLoop() {
   }
 }
 
+bool BatchAssembler::TakeWarmSlot() {
+  MutexLock l(&mu_);
+  const uint32_t cap = std::min(options_.max_warm_inflight, std::max<uint32_t>(1, options_.read_threads / 4 * 3));
+  if (stop_ || warm_inflight_ >= cap) return false;
+  ++warm_inflight_;
+  return true;
+}
+
+void BatchAssembler::ReleaseWarmSlot() {
+  MutexLock l(&mu_);
+  --warm_inflight_;
+}
+
+ReadOptions BatchAssembler::WarmReadOptions() const {
+  ReadOptions ro;
+  ro.priority = FetchPriority::kPrefetch;
+  ro.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.read_timeout_ms);
+  return ro;
+}
+
 bool BatchAssembler::TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                              std::function<bool()> still_wanted) {
   // Chunks some tier holds need no warm read, and no reader thread: handing them over would
   // cost two context switches for nothing.
   if (source_.Holds(dataset, shard, first, count)) return true;
-  {
-    MutexLock l(&mu_);
-    const uint32_t cap = std::min(options_.max_warm_inflight,
-                                  std::max<uint32_t>(1, options_.read_threads / 4 * 3));
-    if (stop_ || warm_inflight_ >= cap) return false;
-    ++warm_inflight_;
-  }
+  if (!TakeWarmSlot()) return false;
   Submit(
       [this, dataset, shard, first, count, still_wanted = std::move(still_wanted)] {
-        if (still_wanted && !still_wanted()) {
-          MutexLock l(&mu_);
-          --warm_inflight_;
-          return;
+        if (!still_wanted || still_wanted()) {
+          // A failed warm-up is not an error: the demand read will retry and report it.
+          if (source_.Prefetch(dataset, shard, first, count, WarmReadOptions()).ok()) {
+            ServeMetrics::Get().warm_reads->Add(count);
+          }
         }
-        ReadOptions ro;
-        ro.priority = FetchPriority::kPrefetch;
-        ro.deadline = std::chrono::steady_clock::now() +
-                      std::chrono::milliseconds(options_.read_timeout_ms);
-        if (source_.Prefetch(dataset, shard, first, count, ro).ok()) ServeMetrics::Get().warm_reads->Add(count);
-        // A failed warm-up is not an error: the demand read will retry and report it.
-        MutexLock l(&mu_);
-        --warm_inflight_;
+        ReleaseWarmSlot();
+      },
+      /*demand=*/false);
+  return true;
+}
+
+bool BatchAssembler::TryWarmPieces(const DatasetPtr& dataset, uint32_t shard, std::vector<ChunkPiece> pieces,
+                                   std::function<bool()> still_wanted, std::function<void(uint64_t)> landed) {
+  uint64_t bytes = 0;
+  for (const ChunkPiece& p : pieces) bytes += p.length;
+  if (source_.HoldsPieces(dataset, shard, pieces)) {
+    landed(bytes);
+    return true;
+  }
+  if (!TakeWarmSlot()) return false;
+  Submit(
+      [this, dataset, shard, bytes, pieces = std::move(pieces), still_wanted = std::move(still_wanted),
+       landed = std::move(landed)]() mutable {
+        uint64_t told = 0;
+        if (!still_wanted || still_wanted()) {
+          // The pieces land in a scratch buffer the cache keeps them from; only the tiers want them.
+          auto scratch = std::make_unique_for_overwrite<uint8_t[]>(bytes);
+          uint64_t at = 0;
+          for (ChunkPiece& p : pieces) {
+            p.dest = scratch.get() + at;
+            at += p.length;
+          }
+          ReadOptions ro = WarmReadOptions();
+          ro.whole_chunks = false;
+          ro.piece_done = [&](size_t i) {
+            landed(pieces[i].length);
+            told += pieces[i].length;
+          };
+          // A failed warm-up is not an error: the demand read will retry and report it.
+          if (source_.ReadPieces(dataset, shard, pieces, ro).ok()) ServeMetrics::Get().warm_reads->Add(pieces.size());
+        }
+        ReleaseWarmSlot();
+        landed(bytes - told);  // the rest: held already, dropped, or failed
       },
       /*demand=*/false);
   return true;

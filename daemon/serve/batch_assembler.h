@@ -16,8 +16,8 @@
 //                    back to back in batch order, so a records batch is a dense
 //                    [B, record_bytes] block. On request, a field table
 //                    (common/sample_fields.h) follows the payload in the slot.
-//   It also runs fire-and-forget warm reads (prefetch priority, ranges of chunks) for the
-//   prefetcher, at most `max_warm_inflight` at a time.
+//   It also runs fire-and-forget warm reads (prefetch priority; ranges of chunks, or the pieces
+//   of a few samples) for the prefetcher, at most `max_warm_inflight` at a time.
 //
 // Thread safety: SampleLocator and BatchAssembler are safe for concurrent use; AssembleAsync()
 // never waits for I/O (a batch whose chunks are all in memory is copied on the caller's thread).
@@ -186,6 +186,15 @@ class BatchAssembler {
   // `still_wanted` is asked when the read is about to start; false drops it.
   bool TryWarm(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count,
                std::function<bool()> still_wanted = {});
+  // Queues a prefetch-priority read of `pieces` of `shard` (their dest is ignored) that only
+  // fills the tiers below: a cache fetches the blocks they cover and keeps them as runs
+  // (ChunkSource::ReadPieces with whole_chunks false). True when taken: `landed` is then told
+  // of every byte of the pieces exactly once — at once when the source holds them all already
+  // (ChunkSource::HoldsPieces), else on a pool thread piece by piece as they land, and the rest
+  // when the read ends or is dropped (`still_wanted`, asked when it is about to start, said
+  // no). False, without queueing and telling nothing, when max_warm_inflight are in flight.
+  bool TryWarmPieces(const DatasetPtr& dataset, uint32_t shard, std::vector<ChunkPiece> pieces,
+                     std::function<bool()> still_wanted, std::function<void(uint64_t)> landed);
   uint32_t warm_inflight() const;
 
  private:
@@ -194,6 +203,10 @@ class BatchAssembler {
   Status Plan(SampleLocator& locator, std::span<const uint64_t> ids, uint8_t* dest,
               uint64_t dest_bytes, bool fields, AssembledBatch* out, std::vector<PieceRun>* runs);
   void Submit(std::function<void()> task, bool demand);
+  // One of the max_warm_inflight warm reads: false when they are all taken.
+  bool TakeWarmSlot();
+  void ReleaseWarmSlot();
+  ReadOptions WarmReadOptions() const;
   void WorkerLoop();
 
   ChunkSource& source_;

@@ -73,6 +73,7 @@ Result<OpenedLoader> LoaderFactory::Open(Arena& arena, const v1::OpenLoaderReque
   lo.lookahead_in_flight_only = fits;
   lo.whole_chunks = fits || o.plan.mode != plan::ShuffleMode::kGlobal;
   lo.blocks_first_batches = lo.whole_chunks && source_.FetchesBlockRanges() ? std::max(1u, lo.prefetch_batches) : 0;
+  lo.warm_samples = fits && o.plan.mode == plan::ShuffleMode::kGlobal && source_.FetchesBlockRanges();
   lo.fields = o.fields;
   std::unique_ptr<batch_ring::RingWriter> ring;
   if (o.ring) {

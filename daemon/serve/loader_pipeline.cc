@@ -39,6 +39,9 @@ LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assemb
       // For `shardctl top`: which dataset and rank is slow, and whether it waits on data.
       series_(ForLoader(locator_->dataset()->name, slice_.options().rank)) {
   series_.open->Add(1);
+  if (options_.warm_samples && options_.lookahead_in_flight_only) {
+    sample_warmer_ = std::make_unique<SampleWarmer>(assembler_, *locator_, slice_, assembled_from_);
+  }
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -128,7 +131,8 @@ void LoaderPipeline::StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, 
                                                               .count());
                              OnAssembled(seq, std::move(s), std::move(batch));
                            },
-                           options_.fields, options_.whole_chunks && seq >= options_.blocks_first_batches);
+                           options_.fields,
+                           options_.whole_chunks && !sample_warmer_ && seq >= options_.blocks_first_batches);
 }
 
 void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
@@ -259,6 +263,10 @@ bool LoaderPipeline::Warm() {
     MutexLock l(&mu_);
     base = assemble_index_;
   }
+  if (sample_warmer_) {
+    LoadIndexesAhead(std::max(base, sample_warmer_->next()));
+    return sample_warmer_->Warm(base, lookahead);
+  }
   ReleaseWarmed(base);
   // Samples before `base` are in batches being assembled or queued: their reads are running.
   // The lookahead starts right after them, so assembly plus warm reads never hold more than
@@ -281,14 +289,7 @@ bool LoaderPipeline::Warm() {
   const uint64_t cb = m.chunk_bytes();
   std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> wanted;  // shard, chunk, needed at
   const size_t max_tracked = options_.lookahead_in_flight_only ? kMaxWarmTrackedChunks : SIZE_MAX;
-  // The sample indexes the walk below is about to need, loaded in parallel first (a global
-  // shuffle meets a new shard at almost every sample); an error is the demand path's to report.
-  if (locator_->record_bytes() == 0 && indexes_loaded_to_ <= warm_index_) {
-    std::vector<uint64_t> ahead;
-    for (uint64_t i = warm_index_; i < total_ && ahead.size() < kWarmIndexWindow; ++i) ahead.push_back(slice_.SampleAt(i));
-    (void)locator_->LoadIndexesOf(ahead);
-    indexes_loaded_to_ = warm_index_ + ahead.size();
-  }
+  LoadIndexesAhead(warm_index_);
   while (warm_index_ < total_ && warmed_bytes_ + cb <= lookahead && warmed_.size() < max_tracked) {
     auto e = locator_->Locate(slice_.SampleAt(warm_index_));
     if (!e.ok()) break;  // the demand path reports it
@@ -321,6 +322,15 @@ bool LoaderPipeline::Warm() {
     progress = true;
   }
   return progress;
+}
+
+void LoaderPipeline::LoadIndexesAhead(uint64_t from) {
+  // An error is the demand path's to report.
+  if (locator_->record_bytes() != 0 || indexes_loaded_to_ > from) return;
+  std::vector<uint64_t> ahead;
+  for (uint64_t i = from; i < total_ && ahead.size() < kWarmIndexWindow; ++i) ahead.push_back(slice_.SampleAt(i));
+  (void)locator_->LoadIndexesOf(ahead);
+  indexes_loaded_to_ = from + ahead.size();
 }
 
 void LoaderPipeline::ReleaseWarmed(uint64_t base) {

@@ -41,6 +41,7 @@
 #include "daemon/plan/rank_slice.h"
 #include "daemon/serve/arena.h"
 #include "daemon/serve/batch_assembler.h"
+#include "daemon/serve/sample_warmer.h"
 #include "daemon/serve/serve_defaults.h"
 #include "daemon/serve/serve_metrics.h"
 #include "daemon/source/chunk_key.h"
@@ -77,6 +78,11 @@ struct LoaderPipelineOptions {
   // later batch. The first batch of a cold epoch then waits for about its own bytes, not for a
   // batch's worth of whole chunks (LoaderFactory sets it when the source fetches block ranges).
   uint32_t blocks_first_batches = 0;
+  // With lookahead_in_flight_only: warm reads fetch each sample's own blocks in plan order
+  // (SampleWarmer) instead of whole chunks, and batches read what no tier holds pieces-only.
+  // For a global shuffle from a source that fetches block ranges (LoaderFactory): whole chunks
+  // in order of first need come in random order there, and the trainer waits for nearly all.
+  bool warm_samples = false;
   // Write each batch's field table after its payload (tar datasets; sample_fields.h).
   bool fields = false;
 };
@@ -224,6 +230,11 @@ class LoaderPipeline {
     uint64_t last_needed_at;  // the latest slice index that needs one of its chunks
   };
   bool SendWarm(const WarmRun& run);
+  // Loads, in parallel, the sample indexes of the shards the warm walk meets from slice index
+  // `from` on (a global shuffle meets a new shard at almost every sample).
+  void LoadIndexesAhead(uint64_t from);
+  // warm_samples: the walk that issues the warm reads instead of the chunk runs above.
+  std::unique_ptr<SampleWarmer> sample_warmer_;
   // assemble_index_, readable by warm reads waiting in the pool (which may outlive this object).
   std::shared_ptr<std::atomic<uint64_t>> assembled_from_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::deque<WarmRun> unsent_;  // warm reads decided on but not yet accepted by the pool

@@ -17,6 +17,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Most block ranges one ReadChunks request may add (origin.proto: more_ranges).
+constexpr int kMaxMoreRanges = 255;
+
 struct OriginMetrics {
   metrics::Counter* chunks;
   metrics::Counter* payload_bytes;
@@ -354,30 +357,58 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
   Status CheckBlockRange(const DatasetPtr& d) const {
     if (req_.block_count() == 0) {
       if (req_.first_block() != 0) return InvalidArgument("first_block without block_count");
+      if (req_.more_ranges_size() > 0) return InvalidArgument("more_ranges after a request that is not a block range");
       return Status::Ok();
     }
     if (req_.chunk_count() != 1) {
       return InvalidArgument("a block range must name exactly one chunk (chunk_count " +
                              std::to_string(req_.chunk_count()) + ")");
     }
-    const uint64_t blocks = ChunkBlockCount(dataset::ChunkLength(d->manifest, req_.shard(), req_.first_chunk()));
-    if (uint64_t{req_.first_block()} + req_.block_count() > blocks) {
-      return InvalidArgument("blocks [" + std::to_string(req_.first_block()) + ", +" +
-                             std::to_string(req_.block_count()) + ") lie outside chunk " +
-                             std::to_string(req_.first_chunk()) + " of shard " + std::to_string(req_.shard()) +
+    if (req_.more_ranges_size() > kMaxMoreRanges) {
+      return InvalidArgument(std::to_string(req_.more_ranges_size()) + " more_ranges in one request; at most " +
+                             std::to_string(kMaxMoreRanges));
+    }
+    SC_RETURN_IF_ERROR(CheckBlocks(d, req_.shard(), req_.first_chunk(), req_.first_block(), req_.block_count()));
+    for (const v1::BlockRange& r : req_.more_ranges()) {
+      SC_RETURN_IF_ERROR(CheckChunkRange(d, r.shard(), r.chunk(), 1));
+      if (r.block_count() == 0) return InvalidArgument("a block range of more_ranges has no blocks");
+      SC_RETURN_IF_ERROR(CheckBlocks(d, r.shard(), r.chunk(), r.first_block(), r.block_count()));
+    }
+    return Status::Ok();
+  }
+
+  Status CheckBlocks(const DatasetPtr& d, uint32_t shard, uint64_t chunk, uint32_t first, uint32_t count) const {
+    const uint64_t blocks = ChunkBlockCount(dataset::ChunkLength(d->manifest, shard, chunk));
+    if (uint64_t{first} + count > blocks) {
+      return InvalidArgument("blocks [" + std::to_string(first) + ", +" + std::to_string(count) +
+                             ") lie outside chunk " + std::to_string(chunk) + " of shard " + std::to_string(shard) +
                              " of '" + req_.dataset() + "' (" + std::to_string(blocks) + " blocks)");
     }
     return Status::Ok();
   }
 
-  // One message: the request's blocks of its chunk, with the chunk's block table if asked.
-  Status SendBlocks(const DatasetPtr& d, const ReadOptions& ro, upstream::ChunkEncoder& encoder) {
-    SC_ASSIGN_OR_RETURN(BlockRange r, svc_->source_.ReadBlocks(d, req_.shard(), req_.first_chunk(), req_.first_block(),
-                                                               req_.block_count(), req_.want_block_table(), ro));
+  // The request's block range, then each of more_ranges: one message each.
+  Status SendBlockRanges(const DatasetPtr& d, const ReadOptions& ro, upstream::ChunkEncoder& encoder) {
+    v1::BlockRange first;
+    first.set_shard(req_.shard());
+    first.set_chunk(req_.first_chunk());
+    first.set_first_block(req_.first_block());
+    first.set_block_count(req_.block_count());
+    first.set_want_block_table(req_.want_block_table());
+    SC_RETURN_IF_ERROR(SendBlocks(d, first, ro, encoder));
+    for (const v1::BlockRange& r : req_.more_ranges()) SC_RETURN_IF_ERROR(SendBlocks(d, r, ro, encoder));
+    return Status::Ok();
+  }
+
+  // One message: blocks of a chunk, with the chunk's block table if asked.
+  Status SendBlocks(const DatasetPtr& d, const v1::BlockRange& b, const ReadOptions& ro,
+                    upstream::ChunkEncoder& encoder) {
+    SC_ASSIGN_OR_RETURN(BlockRange r, svc_->source_.ReadBlocks(d, b.shard(), b.chunk(), b.first_block(),
+                                                               b.block_count(), b.want_block_table(), ro));
     auto msg = std::make_unique<v1::ChunkMessage>();
-    msg->set_chunk(req_.first_chunk());
-    msg->set_hash(dataset::ChunkHash(d->manifest, req_.shard(), req_.first_chunk()).ToBytes());
-    msg->set_first_block(req_.first_block());
+    msg->set_chunk(b.chunk());
+    msg->set_hash(dataset::ChunkHash(d->manifest, b.shard(), b.chunk()).ToBytes());
+    msg->set_first_block(b.first_block());
     *msg->mutable_block_table() = std::move(r.table);
     encoder.Encode(r.bytes->bytes.data() + r.offset, r.size, req_.accept_zstd(), msg.get());
     CountBytes(r.size, msg->payload().size() + msg->block_table().size());
@@ -414,7 +445,7 @@ class OriginService::ChunkStream final : public grpc::ServerWriteReactor<v1::Chu
       ro.priority = req_.priority() == v1::PREFETCH ? FetchPriority::kPrefetch : FetchPriority::kDemand;
       ro.via_peers = !req_.from_peer();
       upstream::ChunkEncoder encoder(svc_->options_.encoder);
-      if (req_.block_count() > 0) return SendBlocks(d, ro, encoder);
+      if (req_.block_count() > 0) return SendBlockRanges(d, ro, encoder);
       return svc_->source_.ReadChunks(d, req_.shard(), req_.first_chunk(), req_.chunk_count(), ro,
                                       [&](uint64_t index, const ChunkPtr& chunk) { return SendChunk(index, *chunk, encoder); });
     }();

@@ -74,6 +74,7 @@ bool ChunkSource::ReadPiecesFromMemory(const DatasetPtr&, uint32_t, std::span<co
 }
 
 bool ChunkSource::Holds(const DatasetPtr&, uint32_t, uint64_t, uint64_t) { return false; }
+bool ChunkSource::HoldsPieces(const DatasetPtr&, uint32_t, std::span<const ChunkPiece>) { return false; }
 
 Status CheckPiece(const DatasetPtr& dataset, uint32_t shard, const ChunkPiece& piece, uint64_t chunk_length) {
   if (piece.offset > chunk_length || piece.length > chunk_length - piece.offset) {

@@ -54,6 +54,10 @@ struct ReadOptions {
   // false: the read came from another member of this daemon's peer group (peer_group.h); a
   // peer group sends it to this daemon's own upstream, never on to another member.
   bool via_peers = true;
+  // ReadPieces only, optional: called on the reading thread with a piece's index (in `pieces`)
+  // as soon as its bytes are verified in its dest, before ReadPieces returns, so that a cache
+  // keeps it while the rest still travels. A source may call it for none of them.
+  std::function<void(size_t)> piece_done;
 };
 
 // Receives chunks in order. Returning a non-OK status stops the read with that status.
@@ -126,10 +130,13 @@ class ChunkSource {
   // them is in memory right now (a cache's DRAM tier): true when it copied them all; false,
   // having copied nothing, otherwise (also for an invalid piece: ReadPieces reports that).
   // Holds is true when every chunk of [first, first + count) is held by a tier at or below this
-  // source, so a Prefetch would have nothing to do. The defaults hold nothing.
+  // source, so a Prefetch would have nothing to do. HoldsPieces is true when every piece's
+  // bytes are held (its chunk, or the piece itself as a run), so ReadPieces would fetch nothing.
+  // The defaults hold nothing.
   virtual bool ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shard,
                                     std::span<const ChunkPiece> pieces, FetchPriority priority);
   virtual bool Holds(const DatasetPtr& dataset, uint32_t shard, uint64_t first, uint64_t count);
+  virtual bool HoldsPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces);
   // Bytes of chunks the tiers at or below this source can keep at once (for a cache: its
   // largest tier's budget); 0 keeps nothing (the default).
   virtual uint64_t CapacityBytes() { return 0; }

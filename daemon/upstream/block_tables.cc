@@ -50,6 +50,32 @@ void BlockTables::Put(const ChunkKey& key, BlockTablePtr table) {
     by_key_.erase(lru_.back().first);
     lru_.pop_back();
   }
+  claims_.erase(key);
+  put_.NotifyAll();
+}
+
+bool BlockTables::Claim(const ChunkKey& key, std::chrono::steady_clock::duration ttl) {
+  const auto now = std::chrono::steady_clock::now();
+  MutexLock lock(&mu_);
+  if (by_key_.count(key) > 0) return false;
+  // Claims whose table never came (a failed stream) lapse; the map stays small.
+  constexpr size_t kPruneAbove = 4096;
+  if (claims_.size() > kPruneAbove) std::erase_if(claims_, [&](const auto& c) { return now - c.second >= ttl; });
+  auto [it, fresh] = claims_.try_emplace(key, now);
+  if (!fresh && now - it->second < ttl) return false;
+  it->second = now;
+  return true;
+}
+
+BlockTablePtr BlockTables::WaitFor(const ChunkKey& key, std::chrono::steady_clock::time_point deadline) {
+  MutexLock lock(&mu_);
+  BlockTablePtr found;
+  put_.WaitUntil(&mu_, deadline, [&]() REQUIRES(mu_) {
+    auto it = by_key_.find(key);
+    if (it != by_key_.end()) found = it->second->second;
+    return found != nullptr;
+  });
+  return found;
 }
 
 uint64_t BlockTables::bytes() const {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <list>
 #include <memory>
 #include <string>
@@ -39,6 +40,14 @@ class BlockTables {
   void Put(const ChunkKey& key, BlockTablePtr table);
   uint64_t bytes() const;
 
+  // Asking for a table once: many ranges of one chunk fetched at once (a global shuffle's warm
+  // reads) would otherwise each bring the chunk's table, ~6% more bytes on the link. Claim is
+  // true when the caller should ask for `key`'s table: it is not known and nobody claimed it
+  // within `ttl` (the claim is then the caller's). WaitFor returns the table once it is put,
+  // or null at `deadline`.
+  bool Claim(const ChunkKey& key, std::chrono::steady_clock::duration ttl);
+  BlockTablePtr WaitFor(const ChunkKey& key, std::chrono::steady_clock::time_point deadline);
+
  private:
   using Lru = std::list<std::pair<ChunkKey, BlockTablePtr>>;
   const uint64_t budget_bytes_;
@@ -46,6 +55,8 @@ class BlockTables {
   Lru lru_ GUARDED_BY(mu_);  // most recently used first
   std::unordered_map<ChunkKey, Lru::iterator, ChunkKeyHash> by_key_ GUARDED_BY(mu_);
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
+  CondVar put_;  // a table was put
+  std::unordered_map<ChunkKey, std::chrono::steady_clock::time_point, ChunkKeyHash> claims_ GUARDED_BY(mu_);
 };
 
 }  // namespace shardcache::upstream

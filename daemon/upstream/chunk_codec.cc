@@ -68,9 +68,7 @@ bool ChunkEncoder::Compresses(const uint8_t* data, size_t size, char* out, size_
   return !ZSTD_isError(*n) && *n < limit;
 }
 
-ChunkDecoder::ChunkDecoder() : dctx_(ZSTD_createDCtx()) {
-  ZSTD_DCtx_setParameter(static_cast<ZSTD_DCtx*>(dctx_), ZSTD_d_windowLogMax, kWindowLogMax);
-}
+ChunkDecoder::ChunkDecoder() = default;
 
 ChunkDecoder::~ChunkDecoder() { ZSTD_freeDCtx(static_cast<ZSTD_DCtx*>(dctx_)); }
 
@@ -108,6 +106,11 @@ Status ChunkDecoder::Decode(v1::Codec codec, const std::string& payload, uint64_
       }
       // One byte of slack: a frame that would write more than expected fills it and is caught.
       AlignedBuffer buf(expected_bytes + 1);
+      if (dctx_ == nullptr) {  // made on first use: most decoders (one per fetch) see only RAW
+        dctx_ = ZSTD_createDCtx();
+        if (dctx_ == nullptr) return ResourceExhausted(where + ": no memory for a zstd decoder");
+        ZSTD_DCtx_setParameter(static_cast<ZSTD_DCtx*>(dctx_), ZSTD_d_windowLogMax, kWindowLogMax);
+      }
       auto* dctx = static_cast<ZSTD_DCtx*>(dctx_);
       ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
       ZSTD_inBuffer in{payload.data(), payload.size(), 0};

@@ -98,7 +98,7 @@ class ChunkDecoder {
                 AlignedBuffer* out);
 
  private:
-  void* dctx_;  // ZSTD_DCtx*
+  void* dctx_ = nullptr;  // ZSTD_DCtx*, made on the first zstd frame
 };
 
 }  // namespace shardcache::upstream

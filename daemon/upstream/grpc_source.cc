@@ -32,6 +32,8 @@ constexpr Family kPayloadBytes{"shardcache_upstream_payload_bytes_total",
 constexpr Family kChunks{"shardcache_upstream_chunks_total", "Chunks fetched and verified"};
 constexpr Family kBlockRanges{"shardcache_upstream_block_ranges_total",
                               "Block ranges of chunks fetched and verified (sub-chunk reads)"};
+constexpr Family kBlockTables{"shardcache_upstream_block_tables_total",
+                              "Chunk block tables received with block ranges (each 16 bytes per 16 KiB block)"};
 constexpr Family kStreams{"shardcache_upstream_streams_total", "ReadChunks streams opened upstream"};
 constexpr Family kRetries{"shardcache_upstream_retries_total", "Upstream attempts after a failure"};
 constexpr Family kHedges{"shardcache_upstream_hedges_total",
@@ -153,6 +155,11 @@ struct GrpcSource::FetchTask {
   // Steady-clock ns of the running attempt's start or its last message (0: not running).
   std::atomic<int64_t> last_heard_ns{0};
   PartialChunk partial;  // a whole chunk arriving in parts
+  // Batching (RunBatch). `alone`: a range that did not arrive on a batch's stream runs alone
+  // from then on. `companions`: the ranges riding on this task's stream, for HedgeLoop; under
+  // GrpcSource::mu_.
+  bool alone = false;
+  std::vector<std::shared_ptr<FetchTask>> companions;
 
   // Cancellation by the caller that gave up, or by shutdown: stops between messages and
   // interrupts a blocking Read through the active context.
@@ -277,6 +284,7 @@ void GrpcSource::Shutdown() {
     prefetch_.clear();
   }
   cv_.NotifyAll();
+  work_cv_.NotifyAll();
   probe_cv_.NotifyAll();
   // Leaders that never ran publish Aborted to their waiters.
   for (auto& t : dropped) t->leaders->Drop();
@@ -290,11 +298,12 @@ std::shared_ptr<grpc::Channel> GrpcSource::NewChannel(int index) const {
   args.SetInt("shardcache.connection_index", index);
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  // Fixed large receive windows instead of BDP probing: measured on loopback under load,
-  // probing kept the stream window near one message and stalled the sender once per
-  // message (3.6 s vs 2.1 s for 64 MiB); 64 MiB of lookahead covers any link's BDP
-  // (1 Gbit/s x 30 ms = 3.75 MB). A big frame size cuts framing overhead on MiB messages.
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  // Receive windows sized by BDP probing, from a 64 MiB lookahead. Without probing this gRPC
+  // announces about one message of window per stream, so the sender waits a round trip per
+  // message: measured on bench cold (150 ms / 1 Gbit / 4 MiB window, 64 KiB block ranges in
+  // batches) every 1 MiB batch took 2.6 s, one message per round trip, and the link ran at
+  // 0.65; with probing 0.93 (and 0.97 at 30 ms). A big frame size cuts framing overhead.
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 1);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 1 << 20);
   // Reconnect quickly after a reset; our own retries pace the attempts.
@@ -526,6 +535,7 @@ Result<std::string> GrpcSource::GetSampleIndex(const DatasetPtr& d, uint32_t sha
 }
 
 void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
+  bool demand = false;
   {
     MutexLock lock(&mu_);
     if (stopping_) {
@@ -533,10 +543,12 @@ void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
       return;
     }
     if (running_ >= controller_.limit()) waited_.store(true);
-    (task->priority == FetchPriority::kDemand ? demand_ : prefetch_).push_back(std::move(task));
+    demand = task->priority == FetchPriority::kDemand;
+    (demand ? demand_ : prefetch_).push_back(std::move(task));
     SpawnWorkers();
   }
-  cv_.NotifyAll();
+  if (demand) cv_.NotifyAll();  // the hedger idles while no stream runs and no demand waits
+  work_cv_.NotifyOne();
 }
 
 void GrpcSource::Expedite(const ChunkKey& key) {
@@ -552,6 +564,7 @@ void GrpcSource::Expedite(const ChunkKey& key) {
     prefetch_.erase(it);
     SpawnWorkers();
     cv_.NotifyAll();
+    work_cv_.NotifyOne();
     return;
   }
 }
@@ -584,7 +597,15 @@ void GrpcSource::HedgeLoop() {
     const int64_t usual_part = chunk_times_.Median(), usual_range = range_times_.Median();
     const std::chrono::nanoseconds stuck_part = StuckAfter(false, usual_part), stuck_range = StuckAfter(true, usual_range);
     for (const std::shared_ptr<FetchTask>& t : running_conn_) {
-      if (t == nullptr || t->is_hedge || t->hedge != nullptr) continue;
+      if (t == nullptr) continue;
+      // A batch (RunBatch) that went quiet while a read waits for one of its ranges ends; the
+      // ranges it did not bring run alone, the wanted ones as demand work (hedged as such).
+      if (std::chrono::nanoseconds(now - t->last_heard_ns.load()) >= stuck_range &&
+          std::any_of(t->companions.begin(), t->companions.end(),
+                      [](const std::shared_ptr<FetchTask>& c) { return c->leaders->AnyOpenWanted(); })) {
+        t->CancelAttempt();
+      }
+      if (t->is_hedge || t->hedge != nullptr) continue;
       // A prefetch is hedged once a demand read waits for one of its chunks.
       if (t->priority != FetchPriority::kDemand && !t->leaders->AnyOpenWanted()) continue;
       const int64_t heard = t->last_heard_ns.load();
@@ -618,7 +639,7 @@ void GrpcSource::HedgeLoop() {
                           (range ? usual_range : usual_part) / 1000000, running_);
       demand_.push_front(std::move(h));  // on another slot: the stuck one stays busy
       SpawnWorkers();
-      cv_.NotifyAll();
+      work_cv_.NotifyOne();
     }
   }
 }
@@ -684,7 +705,10 @@ GrpcSource::Flights::Flight GrpcSource::LaunchRange(const DatasetPtr& d, uint32_
                                                      std::vector<std::shared_ptr<FetchTask>>* mine) {
   Flights::Flight f = range_flights_.Join(RangeKey(d, shard, chunk, first_block, block_count));
   Flights::Flight handle = f.Share();
-  if (!f.leader() && options.priority == FetchPriority::kDemand) handle.MarkWanted();
+  if (!f.leader() && options.priority == FetchPriority::kDemand) {
+    handle.MarkWanted();
+    ExpediteRange(d, shard, chunk, first_block, block_count);
+  }
   if (f.leader()) {
     auto task = std::make_shared<FetchTask>();
     task->dataset = d;
@@ -704,7 +728,9 @@ GrpcSource::Flights::Flight GrpcSource::LaunchRange(const DatasetPtr& d, uint32_
 
 Status GrpcSource::ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<const ChunkPiece> pieces,
                               const ReadOptions& options) {
-  // Pieces by chunk and offset; a range covers a run of pieces whose blocks touch.
+  // Pieces by chunk and offset; a range covers a run of pieces that share blocks. Pieces that
+  // only touch stay apart: each range is then the same flight (the same key) whichever read
+  // asks for it, a warm read of many samples or a batch of a few.
   std::vector<const ChunkPiece*> order;
   for (const ChunkPiece& p : pieces) {
     SC_RETURN_IF_ERROR(CheckChunkRange(d, shard, p.chunk, 1));
@@ -718,18 +744,32 @@ Status GrpcSource::ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<con
   for (size_t i = 0; i < order.size(); ++i) {
     const ChunkPiece& p = *order[i];
     const uint64_t b0 = p.offset / kChunkBlockBytes, b1 = (p.offset + p.length + kChunkBlockBytes - 1) / kChunkBlockBytes;
-    if (!ranges.empty() && ranges.back().chunk == p.chunk && b0 <= ranges.back().b1) {
+    if (!ranges.empty() && ranges.back().chunk == p.chunk && b0 < ranges.back().b1) {
       ranges.back().b1 = std::max(ranges.back().b1, b1);
       ranges.back().end_piece = i + 1;
     } else {
       ranges.push_back(PieceRange{p.chunk, b0, b1, i, i + 1, {}});
     }
   }
-  return FetchRanges(d, shard, order, ranges, options);
+  // Launched in the order the caller gave the pieces (a warm read's: the order the samples
+  // are needed in), not by chunk: queued ranges start in launch order.
+  auto given_at = [&](const PieceRange& r) {
+    size_t at = SIZE_MAX;
+    for (size_t i = r.first_piece; i < r.end_piece; ++i) at = std::min<size_t>(at, order[i] - pieces.data());
+    return at;
+  };
+  std::vector<std::pair<size_t, size_t>> by_given;  // (first given piece, range)
+  for (size_t k = 0; k < ranges.size(); ++k) by_given.emplace_back(given_at(ranges[k]), k);
+  std::sort(by_given.begin(), by_given.end());
+  std::vector<PieceRange> launch_order;
+  launch_order.reserve(ranges.size());
+  for (const auto& [at, k] : by_given) launch_order.push_back(std::move(ranges[k]));
+  return FetchRanges(d, shard, pieces.data(), order, launch_order, options);
 }
 
-Status GrpcSource::FetchRanges(const DatasetPtr& d, uint32_t shard, const std::vector<const ChunkPiece*>& order,
-                               std::vector<PieceRange>& ranges, const ReadOptions& options) {
+Status GrpcSource::FetchRanges(const DatasetPtr& d, uint32_t shard, const ChunkPiece* given,
+                               const std::vector<const ChunkPiece*>& order, std::vector<PieceRange>& ranges,
+                               const ReadOptions& options) {
   std::vector<std::shared_ptr<FetchTask>> mine;
   for (PieceRange& r : ranges) {
     r.flight = LaunchRange(d, shard, r.chunk, static_cast<uint32_t>(r.b0), static_cast<uint32_t>(r.b1 - r.b0), options, &mine);
@@ -737,7 +777,19 @@ Status GrpcSource::FetchRanges(const DatasetPtr& d, uint32_t shard, const std::v
   auto cancel_mine = [&] {
     for (auto& t : mine) t->Cancel();
   };
-  for (PieceRange& r : ranges) {
+  std::vector<bool> copied(ranges.size(), false);
+  auto copy_out = [&](size_t k, const Chunk& bytes) {
+    const PieceRange& r = ranges[k];
+    for (size_t i = r.first_piece; i < r.end_piece; ++i) {
+      const ChunkPiece& p = *order[i];
+      std::memcpy(p.dest, bytes.bytes.data() + (p.offset - r.b0 * kChunkBlockBytes), p.length);
+      if (options.piece_done) options.piece_done(static_cast<size_t>(order[i] - given));
+    }
+    copied[k] = true;
+  };
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    if (copied[k]) continue;
+    PieceRange& r = ranges[k];
     std::optional<ChunkResult> v;
     // A leader that gave up (another caller's, cancelled): fetch the range ourselves.
     for (int rejoins = 0;; ++rejoins) {
@@ -758,10 +810,11 @@ Status GrpcSource::FetchRanges(const DatasetPtr& d, uint32_t shard, const std::v
       cancel_mine();
       return v->status();
     }
-    const Chunk& bytes = ***v;
-    for (size_t i = r.first_piece; i < r.end_piece; ++i) {
-      const ChunkPiece& p = *order[i];
-      std::memcpy(p.dest, bytes.bytes.data() + (p.offset - r.b0 * kChunkBlockBytes), p.length);
+    copy_out(k, ***v);
+    // Ranges that landed meanwhile are handed over now, not when the wait reaches them.
+    for (size_t j = k + 1; j < ranges.size() && options.piece_done; ++j) {
+      if (copied[j]) continue;
+      if (std::optional<ChunkResult> done = ranges[j].flight.TryGet(); done && done->ok()) copy_out(j, ***done);
     }
   }
   return Status::Ok();
@@ -797,7 +850,7 @@ void GrpcSource::RunStriped(FetchTask& task) {
   o.priority = FetchPriority::kDemand;
   o.deadline = task.deadline;
   // A hedge never publishes a failure: the original may still bring the chunk.
-  if (!FetchRanges(task.dataset, task.shard, order, ranges, o).ok()) return;
+  if (!FetchRanges(task.dataset, task.shard, pieces.data(), order, ranges, o).ok()) return;
   if (have > 0) {
     MutexLock l(&original->partial.mu);
     // Gone when the original finished the chunk meanwhile (then it published it).
@@ -818,7 +871,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
   MutexLock lock(&mu_);
   auto idle_since = Clock::now();
   while (true) {
-    const bool has_work = cv_.WaitUntil(&mu_, idle_since + options_.idle_release, [&]() REQUIRES(mu_) {
+    const bool has_work = work_cv_.WaitUntil(&mu_, idle_since + options_.idle_release, [&]() REQUIRES(mu_) {
       return stopping_ || (!demand_.empty() && running_ < DemandLimit()) ||
              (!prefetch_.empty() && running_ < controller_.limit());
     });
@@ -827,6 +880,9 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     auto& queue = !demand_.empty() ? demand_ : prefetch_;
     std::shared_ptr<FetchTask> task = std::move(queue.front());
     queue.pop_front();
+    std::vector<std::shared_ptr<FetchTask>> companions;
+    if (&queue == &prefetch_ && Batchable(*task)) companions = TakeCompanions(*task);
+    task->companions = companions;
     // The lowest free slot, so that slots past what the load needs fall idle and close.
     size_t slot = 0;
     while (slot_busy_[slot]) ++slot;  // running_ < limit <= slots, so one is free
@@ -840,6 +896,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     }
     Connection& conn = *connections_[slot];  // stays while the slot is busy
     ++running_;
+    if (running_ == 1) cv_.NotifyAll();  // the hedger's look begins
     running_now_.store(running_);
     // Work still waits only if every slot the limit allows is taken.
     if ((!demand_.empty() || !prefetch_.empty()) && running_ >= controller_.limit()) waited_.store(true);
@@ -849,6 +906,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
       if (task->striped) {
         RunStriped(*task);
       } else {
+        if (!companions.empty()) RunBatch(*task, companions, conn);
         RunTask(*task, conn);
       }
     }
@@ -872,7 +930,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     --running_;
     running_now_.store(running_);
     m_.in_flight->Set(running_);
-    cv_.NotifyAll();
+    work_cv_.NotifyOne();  // a free slot for the next task
   }
   exited_.push_back(id);
   m_.workers->Add(-1);
@@ -892,7 +950,7 @@ void GrpcSource::ObserveProgress(uint64_t chunk_bytes, std::chrono::nanoseconds 
       MutexLock lock(&mu_);
       SpawnWorkers();
     }
-    cv_.NotifyAll();
+    work_cv_.NotifyAll();
   }
 }
 
@@ -905,6 +963,9 @@ struct GrpcSource::TaskProgress {
   Status last;         // the last attempt's error
   ChunkDecoder decoder;
   BlockTablePtr table;  // a block range's: the chunk's verified block table, once known
+  // A batched range whose table another stream was asked for (BlockTables::Claim): its
+  // message comes without one, and its check waits a while for that table.
+  bool table_elsewhere = false;
 };
 
 // What one attempt (one ReadChunks stream) did.
@@ -964,8 +1025,7 @@ void GrpcSource::RunTask(FetchTask& task, Connection& conn) {
   }
 }
 
-GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::ClientContext& ctx,
-                                       TaskProgress& p) {
+v1::ReadChunksRequest GrpcSource::RequestFor(const FetchTask& task, TaskProgress& p) {
   v1::ReadChunksRequest req;
   req.set_dataset(task.dataset->name);
   req.set_version(task.dataset->version);
@@ -979,10 +1039,16 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
     req.set_first_block(task.first_block);
     req.set_block_count(task.block_count);
     if (!p.table) p.table = tables_.Get(ChunkKey{VersionId(task.dataset->version), task.shard, task.first});
-    req.set_want_block_table(p.table == nullptr);
+    req.set_want_block_table(p.table == nullptr && !p.table_elsewhere);
   } else {
     req.set_part_blocks(options_.part_blocks);
   }
+  return req;
+}
+
+GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::ClientContext& ctx,
+                                       TaskProgress& p) {
+  const v1::ReadChunksRequest req = RequestFor(task, p);
   {
     MutexLock l(&task.partial.mu);  // a chunk cut off in an earlier attempt starts again
     task.partial.chunk = UINT64_MAX;
@@ -1010,6 +1076,152 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
   if (a.stopped_early) ctx.TryCancel();
   a.finished = reader->Finish();
   return a;
+}
+
+bool GrpcSource::Batchable(const FetchTask& t) {
+  return t.block_count > 0 && t.priority == FetchPriority::kPrefetch && !t.is_hedge && !t.striped && !t.alone &&
+         !t.cancelled.load();
+}
+
+std::vector<std::shared_ptr<GrpcSource::FetchTask>> GrpcSource::TakeCompanions(const FetchTask& first) {
+  // A look at the next few queued tasks only: the queue may hold thousands.
+  constexpr size_t kScan = 4 * kBatchRanges;
+  std::vector<std::shared_ptr<FetchTask>> out;
+  uint64_t bytes = uint64_t{first.block_count} * kChunkBlockBytes;
+  for (auto it = prefetch_.begin(); it != prefetch_.end() && std::distance(prefetch_.begin(), it) < static_cast<long>(kScan);) {
+    const FetchTask& t = **it;
+    const uint64_t b = uint64_t{t.block_count} * kChunkBlockBytes;
+    if (out.size() + 1 >= kBatchRanges || bytes + b > kBatchBytes) break;
+    if (Batchable(t) && t.dataset->version == first.dataset->version) {
+      bytes += b;
+      out.push_back(std::move(*it));
+      it = prefetch_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+void GrpcSource::RunBatch(FetchTask& first, std::vector<std::shared_ptr<FetchTask>>& companions, Connection& conn) {
+  std::vector<FetchTask*> tasks{&first};
+  for (const auto& t : companions) tasks.push_back(t.get());
+  const auto now = Clock::now();
+  Clock::time_point deadline = now + options_.call_timeout;
+  for (const FetchTask* t : tasks) deadline = std::min(deadline, t->deadline);
+  if (now < deadline && now < health_.GiveUpAt()) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(ToSystem(deadline));
+    AddAuth(&ctx);
+    for (FetchTask* t : tasks) {
+      MutexLock lock(&t->ctx_mu);
+      t->ctx = &ctx;
+    }
+    if (std::any_of(tasks.begin(), tasks.end(), [](const FetchTask* t) { return t->cancelled.load(); })) {
+      ctx.TryCancel();
+    }
+    StreamBatch(tasks, conn, ctx);
+    for (FetchTask* t : tasks) {
+      MutexLock lock(&t->ctx_mu);
+      t->ctx = nullptr;
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    first.companions.clear();
+  }
+  for (auto& t : companions) {
+    if (t->cancelled.load() || t->leaders->NextOpen(t->first, t->end) >= t->end) {
+      t->leaders->Drop();  // as WorkerLoop ends a task: the unpublished (cancelled) get Aborted
+      continue;
+    }
+    t->alone = true;
+    if (t->leaders->AnyOpenWanted()) t->priority = FetchPriority::kDemand;
+    Submit(std::move(t));
+  }
+}
+
+size_t GrpcSource::StreamBatch(const std::vector<FetchTask*>& given, Connection& conn, grpc::ClientContext& ctx) {
+  // Each chunk's table is asked for once over all batches in flight. The ranges that wait for a
+  // table another stream brings go last: this stream's own tables all arrive before any of its
+  // ranges waits, so two batches never wait for each other.
+  std::vector<FetchTask*> tasks, waiting;
+  std::deque<TaskProgress> ps;  // in the order of `tasks` (a deque: not movable, its decoder)
+  for (FetchTask* t : given) {
+    const ChunkKey key{VersionId(t->dataset->version), t->shard, t->first};
+    BlockTablePtr table = tables_.Get(key);
+    if (!table && !tables_.Claim(key, kTableWait)) {
+      waiting.push_back(t);
+      continue;
+    }
+    tasks.push_back(t);
+    ps.emplace_back(t->first).table = std::move(table);
+  }
+  for (FetchTask* t : waiting) {
+    tasks.push_back(t);
+    // The first asks for its table after all when every range waits for one.
+    ps.emplace_back(t->first).table_elsewhere = tasks.size() > 1;
+  }
+  v1::ReadChunksRequest req = RequestFor(*tasks[0], ps[0]);
+  for (size_t i = 1; i < tasks.size(); ++i) {
+    const FetchTask& t = *tasks[i];
+    v1::BlockRange* r = req.add_more_ranges();
+    r->set_shard(t.shard);
+    r->set_chunk(t.first);
+    r->set_first_block(t.first_block);
+    r->set_block_count(t.block_count);
+    r->set_want_block_table(ps[i].table == nullptr && !ps[i].table_elsewhere);
+  }
+  streams_.fetch_add(1);
+  Attempt a;
+  a.last_heard = a.chunk_began = Clock::now();
+  for (FetchTask* t : tasks) t->last_heard_ns.store(a.last_heard.time_since_epoch().count());
+  auto reader = conn.stub->ReadChunks(&ctx, req);
+  v1::ChunkMessage msg;
+  size_t at = 0, taken = 0;  // the range the next message is for; those taken so far
+  while (at < tasks.size() && reader->Read(&msg)) {
+    const auto now = Clock::now();
+    a.chunk_time = now - a.last_heard;
+    a.last_heard = now;
+    // The ranges still to come are not stuck while their stream moves (HedgeLoop looks at the
+    // task the worker runs, which may have come first).
+    for (FetchTask* t : tasks) t->last_heard_ns.store(now.time_since_epoch().count());
+    health_.OnAnswer();
+    const bool go_on = Receive(*tasks[at], msg, ps[at], a);
+    if (ps[at].next < tasks[at]->end) {
+      // Not taken. A range that failed its checks (or whose table did not come) runs alone
+      // later; the stream goes on with the next. Any other problem ends the stream.
+      if (a.local.code() != StatusCode::kDataLoss && a.local.code() != StatusCode::kUnavailable) break;
+      a.local = Status::Ok();
+    } else {
+      ++taken;
+    }
+    ++at;
+    if (!go_on && ps[at - 1].next >= tasks[at - 1]->end) break;  // cancelled
+  }
+  // Cancel only a stream we leave: the server ended the others (an origin that predates
+  // more_ranges ends after the first range).
+  if (at < tasks.size()) ctx.TryCancel();
+  (void)reader->Finish();
+  return taken;
+}
+
+void GrpcSource::ExpediteRange(const DatasetPtr& d, uint32_t shard, uint64_t chunk, uint32_t first_block,
+                               uint32_t block_count) {
+  MutexLock lock(&mu_);
+  for (auto it = prefetch_.begin(); it != prefetch_.end(); ++it) {
+    const FetchTask& t = **it;
+    if (t.block_count != block_count || t.first_block != first_block || t.first != chunk || t.shard != shard ||
+        t.is_hedge || t.dataset->version != d->version) {
+      continue;
+    }
+    demand_.push_back(std::move(*it));
+    prefetch_.erase(it);
+    SpawnWorkers();
+    cv_.NotifyAll();
+    work_cv_.NotifyOne();
+    return;
+  }
 }
 
 bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgress& p, Attempt& a) {
@@ -1056,6 +1268,10 @@ bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgr
     }
   }
   if (v.ok() && !range) v = VerifyRoot(task, p.next, *chunk, where);
+  if (!v.ok() && v.code() != StatusCode::kDataLoss) {  // not a check that failed: the range runs again
+    a.local = v;
+    return false;
+  }
   if (!v.ok()) {
     checksum_failures_.fetch_add(1);
     SC_LOG_RATE_LIMITED(spdlog::level::warn, "refetching: {}", v.message());
@@ -1141,9 +1357,17 @@ Status GrpcSource::VerifyRange(const FetchTask& task, const v1::ChunkMessage& ms
     SC_RETURN_IF_ERROR(CheckBlockTable(msg.block_table(), dataset::ChunkLength(m, task.shard, task.first),
                                        dataset::ChunkHash(m, task.shard, task.first), where));
     table = std::make_shared<const std::string>(msg.block_table());
+    block_tables_.fetch_add(1);
     tables_.Put(ChunkKey{VersionId(task.dataset->version), task.shard, task.first}, table);
+    return CheckBlocks(*table, task.first_block, range.bytes.data(), range.bytes.size(), where);
   }
-  if (!table) return DataLoss(where + ": the upstream sent no block table and none is known");
+  const ChunkKey key{VersionId(task.dataset->version), task.shard, task.first};
+  if (!table) table = tables_.Get(key);  // another stream may have brought it since
+  if (!table && p.table_elsewhere) table = tables_.WaitFor(key, std::min(task.deadline, Clock::now() + kTableWait));
+  if (!table) {
+    return p.table_elsewhere ? Unavailable(where + ": the block table asked for on another stream did not come")
+                             : DataLoss(where + ": the upstream sent no block table and none is known");
+  }
   return CheckBlocks(*table, task.first_block, range.bytes.data(), range.bytes.size(), where);
 }
 
@@ -1332,6 +1556,7 @@ void GrpcSource::VisitStats(const stats::Visitor& visit) const {
   stats::Counter(visit, kPayloadBytes, payload_bytes_.load());
   stats::Counter(visit, kChunks, chunks_.load());
   stats::Counter(visit, kBlockRanges, block_ranges_.load());
+  stats::Counter(visit, kBlockTables, block_tables_.load());
   stats::Counter(visit, kStreams, streams_.load());
   stats::Counter(visit, kRetries, retries_.load());
   stats::Counter(visit, kChecksumFailures, checksum_failures_.load());

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <set>
 #include <span>
 #include <utility>
@@ -287,6 +289,83 @@ TEST_CASE("the first batches read only their samples' blocks while their chunks 
   CHECK(next_sample == 1024);
   using Chunks = std::set<std::pair<uint32_t, uint64_t>>;
   CHECK(ranges.ranged() == Chunks{{0, 0}, {0, 1}});  // batches 0 and 1 only
+}
+
+// A remote that fetches block ranges and keeps what its warm reads fetched, piece by piece: it
+// counts each piece a warm read (prefetch priority, pieces-only) asked for, and reads of whole
+// chunks.
+class PieceKeepingSource final : public testing::ForwardingSource {
+ public:
+  using ForwardingSource::ForwardingSource;
+  Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count, const ReadOptions& o,
+                    const ChunkSink& sink) override {
+    whole_reads_.fetch_add(1);
+    return inner_.ReadChunks(d, shard, first, count, o, sink);
+  }
+  Status ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<const ChunkPiece> pieces,
+                    const ReadOptions& o) override {
+    if (o.whole_chunks) return ChunkSource::ReadPieces(d, shard, pieces, o);
+    SC_RETURN_IF_ERROR(inner_.ReadPieces(d, shard, pieces, o));
+    if (o.priority == FetchPriority::kPrefetch) {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const ChunkPiece& p : pieces) ++warmed_[{shard, p.chunk, p.offset}];
+    }
+    return Status::Ok();
+  }
+  bool HoldsPieces(const DatasetPtr&, uint32_t shard, std::span<const ChunkPiece> pieces) override {
+    std::lock_guard<std::mutex> l(mu_);
+    return std::all_of(pieces.begin(), pieces.end(),
+                       [&](const ChunkPiece& p) { return warmed_.count({shard, p.chunk, p.offset}) > 0; });
+  }
+  bool FetchesBlockRanges() override { return true; }
+  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, int> warmed() {
+    std::lock_guard<std::mutex> l(mu_);
+    return warmed_;
+  }
+  std::atomic<int> whole_reads_{0};
+
+ private:
+  std::mutex mu_;
+  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, int> warmed_;
+};
+
+TEST_CASE("warming samples fetches each sample's own bytes once, in pieces, never a whole chunk",
+          "[serve][pipeline]") {
+  // The global-shuffle warm walk (warm_samples): every sample of the epoch is warmed as its own
+  // piece, exactly once, while at most the lookahead is in flight; batches read pieces-only, so
+  // no chunk is read whole. A second loader over the same (now holding) source warms nothing.
+  GatedFixture f;
+  PieceKeepingSource source(*f.files);
+  auto arena = serve::Arena::Create(2 << 20, 16);
+  REQUIRE(arena.ok());
+  serve::BatchAssemblerOptions ao;
+  ao.read_threads = 8;
+  serve::BatchAssembler assembler(source, ao);
+  f.options.lookahead_bytes = 64 * 1024;
+  f.options.lookahead_in_flight_only = true;
+  f.options.warm_samples = true;
+  for (uint64_t loader = 7; loader <= 8; ++loader) {
+    LoaderPipeline pipeline(loader, **arena, assembler, f.locator, *f.slice, f.options);
+    uint64_t next_sample = 0;
+    for (;;) {
+      auto d = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+      REQUIRE(d.ok());
+      if (d->end_of_epoch) break;
+      for (uint64_t id : d->batch.sample_ids) REQUIRE(id == next_sample++);
+      REQUIRE((*arena)->Release(d->slot, loader).ok());
+    }
+    CHECK(next_sample == 1024);
+  }
+  CHECK(source.whole_reads_.load() == 0);
+  const auto warmed = source.warmed();
+  // Assembly passes the first samples before the walk reaches them; all the others are warmed.
+  CHECK(warmed.size() >= 1024 - 4 * 16);
+  CHECK(warmed.size() <= 1024);
+  for (const auto& [piece, times] : warmed) {
+    INFO("shard " << std::get<0>(piece) << " chunk " << std::get<1>(piece) << " offset " << std::get<2>(piece));
+    CHECK(times == 1);
+    CHECK(std::get<2>(piece) % 1024 == 0);  // a record's own bytes
+  }
 }
 
 TEST_CASE("a loader whose client's other loaders hold every slot waits for one instead of failing",

@@ -64,7 +64,127 @@ grpc::Status RawRange(const std::string& target, uint64_t chunk, uint64_t chunk_
   return reader->Finish();
 }
 
+// One ReadChunks call for blocks [first_block, +block_count) of chunk `chunk` of shard 0 (with
+// its table) and `more` after it.
+grpc::Status RawRanges(const std::string& target, uint64_t chunk, uint32_t first_block, uint32_t block_count,
+                       const std::vector<v1::BlockRange>& more, std::vector<v1::ChunkMessage>* out = nullptr) {
+  auto stub = v1::Origin::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ReadChunksRequest req;
+  req.set_dataset("recs");
+  req.set_first_chunk(chunk);
+  req.set_chunk_count(1);
+  req.set_first_block(first_block);
+  req.set_block_count(block_count);
+  req.set_want_block_table(true);
+  for (const v1::BlockRange& r : more) *req.add_more_ranges() = r;
+  auto reader = stub->ReadChunks(&ctx, req);
+  v1::ChunkMessage m;
+  while (reader->Read(&m)) {
+    if (out) out->push_back(m);
+  }
+  return reader->Finish();
+}
+
+v1::BlockRange Range(uint32_t shard, uint64_t chunk, uint32_t first_block, uint32_t block_count, bool table) {
+  v1::BlockRange r;
+  r.set_shard(shard);
+  r.set_chunk(chunk);
+  r.set_first_block(first_block);
+  r.set_block_count(block_count);
+  r.set_want_block_table(table);
+  return r;
+}
+
 }  // namespace
+
+TEST_CASE("the origin answers more block ranges on one stream, in order, and refuses bad ones",
+          "[origin][blocks][security]") {
+  OriginFixture o;
+  std::vector<v1::ChunkMessage> got;
+  REQUIRE(RawRanges(o.Target(), 0, 1, 1, {Range(1, 2, 0, 2, true), Range(0, 1, 3, 1, false)}, &got).ok());
+  REQUIRE(got.size() == 3);
+  const std::string shard0 = FileBytes(o.ShardPath(0), 0, OriginFixture::kShardBytes);
+  const std::string shard1 = FileBytes(o.ShardPath(1), 0, OriginFixture::kShardBytes);
+  CHECK(got[0].chunk() == 0);
+  CHECK(got[0].first_block() == 1);
+  CHECK(got[0].payload() == shard0.substr(kBlock, kBlock));
+  CHECK_FALSE(got[0].block_table().empty());
+  CHECK(got[1].chunk() == 2);  // shard 1's short last chunk, whole
+  CHECK(got[1].payload() == shard1.substr(2 * kChunk, 2 * kBlock));
+  CHECK(RootOfBlockTable(got[1].block_table()) == dataset::ChunkHash(o.recs->manifest, 1, 2));
+  CHECK(got[2].chunk() == 1);
+  CHECK(got[2].first_block() == 3);
+  CHECK(got[2].payload() == shard0.substr(kChunk + 3 * kBlock, kBlock));
+  CHECK(got[2].block_table().empty());  // not asked for
+
+  auto refused = [&](const std::vector<v1::BlockRange>& more) {
+    return RawRanges(o.Target(), 0, 0, 1, more).error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+  };
+  CHECK(refused({Range(0, 1, 0, 0, false)}));  // no blocks
+  CHECK(refused({Range(0, 2, 1, 2, false)}));  // past the short chunk's 2 blocks
+  CHECK(refused({Range(0, 3, 0, 1, false)}));  // no chunk 3
+  CHECK(refused({Range(2, 0, 0, 1, false)}));  // no shard 2
+  CHECK(refused({Range(0, 0, 0xffffffffu, 0xffffffffu, false)}));
+  CHECK(refused(std::vector<v1::BlockRange>(256, Range(0, 0, 0, 1, false))));  // more than 255
+  CHECK(RawRanges(o.Target(), 0, 0, 1, std::vector<v1::BlockRange>(255, Range(0, 0, 0, 1, false))).ok());
+  // Only after a block range.
+  CHECK(RawRange(o.Target(), 0, 1, 0, 0).ok());
+  auto stub = v1::Origin::NewStub(grpc::CreateChannel(o.Target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::ReadChunksRequest whole;
+  whole.set_dataset("recs");
+  whole.set_chunk_count(1);
+  *whole.add_more_ranges() = Range(0, 1, 0, 1, false);
+  auto reader = stub->ReadChunks(&ctx, whole);
+  v1::ChunkMessage m;
+  while (reader->Read(&m)) {
+  }
+  CHECK(reader->Finish().error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("queued prefetch block ranges ride on one stream together, each chunk's table asked for once",
+          "[origin][blocks]") {
+  const bool corrupt = GENERATE(false, true);
+  OriginFixture o({}, /*faulty=*/corrupt);
+  upstream::GrpcSourceOptions co;
+  co.connections = 1;  // one stream: the ranges queue behind the first and ride together
+  co.max_connections = 1;
+  auto client = o.Client(co);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  Reads warm;  // chunk 1's first block (and table) on its own, clean
+  warm.Add(1, 0, kBlock);
+  REQUIRE(client->ReadPieces(*d, 0, warm.Bind(), Within(std::chrono::seconds(20))).ok());
+  if (corrupt) {  // FaultySource flips the middle byte (block 2) of chunk 1's next three reads:
+    o.faults->corrupt_chunk = 1;  // the origin reads the chunk for each of blocks 1, 2 and 3
+    o.faults->corrupt_first = 3;
+  }
+  // Every other block of shard 0 as a piece of its own (touching pieces stay separate ranges).
+  Reads r;
+  for (uint64_t c = 0; c < 3; ++c) {
+    for (uint64_t b = (c == 1 ? 1 : 0); b < (c < 2 ? 4u : 2u); ++b) r.Add(c, b * kBlock, kBlock);
+  }
+  ReadOptions ro = Within(std::chrono::seconds(20));
+  ro.priority = FetchPriority::kPrefetch;
+  std::vector<size_t> done;
+  ro.piece_done = [&](size_t i) { done.push_back(i); };
+  REQUIRE(client->ReadPieces(*d, 0, r.Bind(), ro).ok());
+  r.CheckAgainst(o.ShardPath(0));
+  std::sort(done.begin(), done.end());
+  CHECK(done == std::vector<size_t>{0, 1, 2, 3, 4, 5, 6, 7, 8});  // each piece reported once
+  const auto s = client->stats();
+  CHECK(s.block_ranges == 10);
+  // The clean read, then the nine ranges on one stream (or the first on its own, when a worker
+  // took it before the rest were queued); the corrupt block is counted, and fetched again alone
+  // while the rest of its stream is taken.
+  CHECK(s.streams >= (corrupt ? 3u : 2u));
+  CHECK(s.streams <= (corrupt ? 4u : 3u));
+  CHECK(s.checksum_failures == (corrupt ? 1u : 0u));
+  // 10 blocks, and each chunk's table once (4 + 4 + 2 entries).
+  CHECK(s.payload_bytes == 10 * kBlock + 10 * kBlockHashBytes);
+}
 
 TEST_CASE("pieces fetch only the 16 KiB blocks that cover them, byte-exact", "[origin][blocks]") {
   OriginFixture o;
@@ -74,7 +194,7 @@ TEST_CASE("pieces fetch only the 16 KiB blocks that cover them, byte-exact", "[o
 
   Reads r;
   r.Add(0, 100, 50);                    // block 0 of chunk 0 ...
-  r.Add(0, kBlock + 10, 20000);         // ... blocks 1-2, touching: one range [0, 3)
+  r.Add(0, 150, kBlock + 20000);        // ... blocks 0-2, sharing block 0: one range [0, 3)
   r.Add(1, 60000, kChunk - 60000);      // the last block of chunk 1, to the chunk's end
   r.Add(2, 20000, 32768 - 20000);       // the last block of the short chunk 2 (32 KiB)
   REQUIRE(client->ReadPieces(*d, 0, r.Bind(), Within(std::chrono::seconds(20))).ok());
@@ -220,6 +340,8 @@ TEST_CASE("a node reading pieces-only fetches block ranges and keeps the pieces 
   REQUIRE(d.ok());
   ReadOptions ro = Within(std::chrono::seconds(20));
   ro.whole_chunks = false;
+  const std::vector<ChunkPiece> asked{{0, 5, 4096, nullptr}, {1, 40000, 4096, nullptr}};
+  CHECK_FALSE((*node)->HoldsPieces(*d, 0, asked));
   for (int round = 0; round < 2; ++round) {
     Reads r;
     r.Add(0, 5, 4096);
@@ -227,6 +349,8 @@ TEST_CASE("a node reading pieces-only fetches block ranges and keeps the pieces 
     REQUIRE((*node)->ReadPieces(*d, 0, r.Bind(), ro).ok());
     r.CheckAgainst(o.ShardPath(0));
   }
+  CHECK((*node)->HoldsPieces(*d, 0, asked));
+  CHECK_FALSE((*node)->HoldsPieces(*d, 0, std::vector<ChunkPiece>{{1, 40000, 4097, nullptr}}));  // not that run
   (*node)->Flush();
   const auto s = (*node)->Stats();
   CHECK(s.misses == 2);  // the second round was served by the runs the first one kept
