@@ -94,6 +94,7 @@ class CachedSource final : public ChunkSource, public stats::Source {
   uint64_t CapacityBytes() override;
   void Expedite(const ChunkKey& key) override { upstream_->Expedite(key); }
   bool FetchesBlockRanges() override { return upstream_->FetchesBlockRanges(); }
+  bool BatchesBlockRanges() override { return upstream_->BatchesBlockRanges(); }
   void Shutdown() override { upstream_->Shutdown(); }
 
   // Run-time changes (SIGHUP). Shrinking evicts at once while serving. Changing the NVMe size

@@ -73,7 +73,9 @@ Result<OpenedLoader> LoaderFactory::Open(Arena& arena, const v1::OpenLoaderReque
   lo.lookahead_in_flight_only = fits;
   lo.whole_chunks = fits || o.plan.mode != plan::ShuffleMode::kGlobal;
   lo.blocks_first_batches = lo.whole_chunks && source_.FetchesBlockRanges() ? std::max(1u, lo.prefetch_batches) : 0;
-  lo.warm_samples = fits && o.plan.mode == plan::ShuffleMode::kGlobal && source_.FetchesBlockRanges();
+  // A global shuffle warms sample by sample where small ranges are cheap (measured through a
+  // bucket, a GET per sample: 0.66 x rclone against 0.90 with whole chunks).
+  lo.warm_samples = fits && o.plan.mode == plan::ShuffleMode::kGlobal && source_.BatchesBlockRanges();
   lo.fields = o.fields;
   std::unique_ptr<batch_ring::RingWriter> ring;
   if (o.ring) {

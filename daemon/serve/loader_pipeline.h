@@ -80,7 +80,7 @@ struct LoaderPipelineOptions {
   uint32_t blocks_first_batches = 0;
   // With lookahead_in_flight_only: warm reads fetch each sample's own blocks in plan order
   // (SampleWarmer) instead of whole chunks, and batches read what no tier holds pieces-only.
-  // For a global shuffle from a source that fetches block ranges (LoaderFactory): whole chunks
+  // For a global shuffle from a source that batches block ranges (LoaderFactory): whole chunks
   // in order of first need come in random order there, and the trainer waits for nearly all.
   bool warm_samples = false;
   // Write each batch's field table after its payload (tar datasets; sample_fields.h).

@@ -11,9 +11,12 @@
 // byte still crosses the link once.
 //
 // Used by LoaderPipeline when the tiers can keep the whole dataset (nothing warmed is pushed out
-// before its turn) and the source fetches block ranges. Walks the plan from the assembly point,
-// groups each pass's samples by shard (one ReadPieces of up to kMaxJobBytes each, its ranges
-// fetched concurrently), and keeps at most `lookahead` bytes requested and not yet landed.
+// before its turn) and the source batches block ranges (ChunkSource::BatchesBlockRanges: a gRPC
+// upstream rides many on one stream). Walks the plan from the assembly point, groups each
+// pass's samples by shard (one ReadPieces of up to kMaxJobBytes each, its ranges fetched
+// concurrently), and keeps at most `lookahead` bytes requested and not yet landed, counting
+// each piece back as it lands. Measured on bench cold (1 GiB, 2-core VM): 0.91-0.98 x link over
+// seven links from 10 ms / 1 Gbit to 150 ms / 100 Mbit, against 0.82-0.92 with whole chunks.
 //
 // Thread safety: Warm() and next() are for the pipeline thread only; the reads it queues may
 // outlive this object (they hold only shared state).

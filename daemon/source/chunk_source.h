@@ -143,6 +143,10 @@ class ChunkSource {
   // True when ReadPieces fetches only the blocks covering the pieces from a remote (a gRPC
   // upstream, at or below this source), so a few samples cost about their own bytes on the link.
   virtual bool FetchesBlockRanges() { return false; }
+  // True when many small block ranges queued together cost about one upstream call (a gRPC
+  // upstream rides them on one stream), so fetching a global shuffle sample by sample in plan
+  // order is cheap. A bucket answers each range with a request of its own: false there.
+  virtual bool BatchesBlockRanges() { return false; }
 
   // A demand read waits for chunk `key`, which an earlier read (a prefetch) is fetching: that
   // fetch gets a demand read's urgency (its queue, its hedging when stuck). The default (nothing

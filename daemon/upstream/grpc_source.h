@@ -172,6 +172,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   Status ReadPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces,
                     const ReadOptions& options) override;
   bool FetchesBlockRanges() override { return true; }
+  bool BatchesBlockRanges() override { return true; }
   // Marks the chunk's flight wanted (HedgeLoop hedges its fetch when stuck) and moves a queued
   // prefetch of it to the demand queue.
   void Expedite(const ChunkKey& key) override;

@@ -91,6 +91,7 @@ class PeerGroupSource final : public ChunkSource, public stats::Source {
   Status ReadPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces,
                     const ReadOptions& options) override;
   bool FetchesBlockRanges() override { return upstream_->FetchesBlockRanges(); }
+  bool BatchesBlockRanges() override { return upstream_->BatchesBlockRanges(); }
   void Expedite(const ChunkKey& key) override { upstream_->Expedite(key); }
   void Shutdown() override;
 
