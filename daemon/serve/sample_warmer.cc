@@ -12,18 +12,21 @@ SampleWarmer::SampleWarmer(BatchAssembler& assembler, SampleLocator& locator, co
 bool SampleWarmer::Warm(uint64_t base, uint64_t lookahead) {
   // Samples before `base` are in batches being assembled: their own reads fetch them.
   next_ = std::max(next_, base);
-  bool progress = false;
-  for (int pass = 0; pass < 2; ++pass) {
-    // Jobs the pool had no room for go first, in order.
-    while (!unsent_.empty()) {
-      if (!Send(unsent_.front())) return progress;
-      unsent_bytes_ -= unsent_.front().bytes;
-      unsent_.pop_front();
-      progress = true;
-    }
-    if (pass == 0) Walk(lookahead);
+  // Jobs the pool had no room for go first, in order; new ones only once they are all out.
+  bool progress = SendUnsent();
+  if (!unsent_.empty()) return progress;
+  Walk(lookahead);
+  return SendUnsent() || progress;
+}
+
+bool SampleWarmer::SendUnsent() {
+  bool sent = false;
+  while (!unsent_.empty() && Send(unsent_.front())) {
+    unsent_bytes_ -= unsent_.front().bytes;
+    unsent_.pop_front();
+    sent = true;
   }
-  return progress;
+  return sent;
 }
 
 void SampleWarmer::Walk(uint64_t lookahead) {

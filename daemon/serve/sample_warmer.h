@@ -67,6 +67,8 @@ class SampleWarmer {
   void Walk(uint64_t lookahead);
   // Hands a job to the pool; false when the pool is full (the job stays unsent).
   bool Send(Job& job);
+  // Sends unsent_ jobs in order until the pool is full; true when it sent any.
+  bool SendUnsent();
 
   BatchAssembler& assembler_;
   SampleLocator& locator_;

@@ -553,20 +553,29 @@ void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
 
 void GrpcSource::Expedite(const ChunkKey& key) {
   flights_.MarkWanted(key);
+  PromoteToDemand([&](const FetchTask& t) {
+    return t.block_count == 0 && t.shard == key.shard && key.chunk >= t.first && key.chunk < t.end &&
+           VersionId(t.dataset->version) == key.version;
+  });
+}
+
+void GrpcSource::ExpediteRange(const DatasetPtr& d, uint32_t shard, uint64_t chunk, uint32_t first_block,
+                               uint32_t block_count) {
+  PromoteToDemand([&](const FetchTask& t) {
+    return t.block_count == block_count && t.first_block == first_block && t.first == chunk && t.shard == shard &&
+           !t.is_hedge && t.dataset->version == d->version;
+  });
+}
+
+void GrpcSource::PromoteToDemand(const std::function<bool(const FetchTask&)>& match) {
   MutexLock lock(&mu_);
-  for (auto it = prefetch_.begin(); it != prefetch_.end(); ++it) {
-    const FetchTask& t = **it;
-    if (t.block_count > 0 || t.shard != key.shard || key.chunk < t.first || key.chunk >= t.end ||
-        VersionId(t.dataset->version) != key.version) {
-      continue;
-    }
-    demand_.push_back(std::move(*it));
-    prefetch_.erase(it);
-    SpawnWorkers();
-    cv_.NotifyAll();
-    work_cv_.NotifyOne();
-    return;
-  }
+  auto it = std::find_if(prefetch_.begin(), prefetch_.end(), [&](const auto& t) { return match(*t); });
+  if (it == prefetch_.end()) return;
+  demand_.push_back(std::move(*it));
+  prefetch_.erase(it);
+  SpawnWorkers();
+  cv_.NotifyAll();
+  work_cv_.NotifyOne();
 }
 
 int GrpcSource::DemandLimit() const {
@@ -1204,24 +1213,6 @@ size_t GrpcSource::StreamBatch(const std::vector<FetchTask*>& given, Connection&
   if (at < tasks.size()) ctx.TryCancel();
   (void)reader->Finish();
   return taken;
-}
-
-void GrpcSource::ExpediteRange(const DatasetPtr& d, uint32_t shard, uint64_t chunk, uint32_t first_block,
-                               uint32_t block_count) {
-  MutexLock lock(&mu_);
-  for (auto it = prefetch_.begin(); it != prefetch_.end(); ++it) {
-    const FetchTask& t = **it;
-    if (t.block_count != block_count || t.first_block != first_block || t.first != chunk || t.shard != shard ||
-        t.is_hedge || t.dataset->version != d->version) {
-      continue;
-    }
-    demand_.push_back(std::move(*it));
-    prefetch_.erase(it);
-    SpawnWorkers();
-    cv_.NotifyAll();
-    work_cv_.NotifyOne();
-    return;
-  }
 }
 
 bool GrpcSource::Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgress& p, Attempt& a) {

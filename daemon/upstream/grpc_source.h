@@ -274,6 +274,9 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // A demand read joined the flight of a block range that a queued prefetch task leads: it
   // moves to the demand queue.
   void ExpediteRange(const DatasetPtr& d, uint32_t shard, uint64_t chunk, uint32_t first_block, uint32_t block_count);
+  // Moves the first queued prefetch task that `match`es to the demand queue (Expedite,
+  // ExpediteRange); nothing when none does.
+  void PromoteToDemand(const std::function<bool(const FetchTask&)>& match);
   // Verifies and publishes one message's chunk; false when the stream must be left.
   bool Receive(FetchTask& task, const v1::ChunkMessage& msg, TaskProgress& p, Attempt& a);
   // A whole chunk's bytes against the manifest's root for chunk `index`; sets chunk.hash.

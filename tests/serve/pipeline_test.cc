@@ -94,6 +94,18 @@ class GatedSource final : public testing::ForwardingSource {
   int waiting_ = 0;
 };
 
+// Takes and releases every batch to the end of the epoch, checking that the samples come in plan
+// order from `next_sample` on; returns the sample after the last.
+uint64_t ReadToEnd(LoaderPipeline& pipeline, serve::Arena& arena, uint64_t loader, uint64_t next_sample) {
+  for (;;) {
+    auto d = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+    REQUIRE(d.ok());
+    if (d->end_of_epoch) return next_sample;
+    for (uint64_t id : d->batch.sample_ids) REQUIRE(id == next_sample++);
+    REQUIRE(arena.Release(d->slot, loader).ok());
+  }
+}
+
 // 4 shards x 256 records of 1 KiB in 16 KiB chunks, and a plan in file order with batches of
 // 16: batch 0 is exactly shard 0's chunk 0.
 struct GatedFixture {
@@ -219,15 +231,7 @@ TEST_CASE("warm reads run ahead of a stuck chunk when the tiers can keep the dat
     CHECK(holding.held() <= f.options.prefetch_batches + 2);
   }
   f.gated->Open();
-  uint64_t next_sample = 0;
-  for (;;) {
-    auto d = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
-    REQUIRE(d.ok());
-    if (d->end_of_epoch) break;
-    for (uint64_t id : d->batch.sample_ids) REQUIRE(id == next_sample++);
-    REQUIRE((*arena)->Release(d->slot, 5).ok());
-  }
-  CHECK(next_sample == 1024);
+  CHECK(ReadToEnd(pipeline, **arena, 5, 0) == 1024);
 }
 
 // A remote that fetches block ranges: pieces-only reads (whole_chunks false) are served from
@@ -278,15 +282,7 @@ TEST_CASE("the first batches read only their samples' blocks while their chunks 
   CHECK(testing::Eventually([&] { return f.gated->waiting() > 0; }));  // chunk 0 warmed whole
   REQUIRE((*arena)->Release(first->slot, 6).ok());
   f.gated->Open();
-  uint64_t next_sample = 16;
-  for (;;) {
-    auto d = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
-    REQUIRE(d.ok());
-    if (d->end_of_epoch) break;
-    for (uint64_t id : d->batch.sample_ids) REQUIRE(id == next_sample++);
-    REQUIRE((*arena)->Release(d->slot, 6).ok());
-  }
-  CHECK(next_sample == 1024);
+  CHECK(ReadToEnd(pipeline, **arena, 6, 16) == 1024);
   using Chunks = std::set<std::pair<uint32_t, uint64_t>>;
   CHECK(ranges.ranged() == Chunks{{0, 0}, {0, 1}});  // batches 0 and 1 only
 }
@@ -346,15 +342,7 @@ TEST_CASE("warming samples fetches each sample's own bytes once, in pieces, neve
   f.options.warm_samples = true;
   for (uint64_t loader = 7; loader <= 8; ++loader) {
     LoaderPipeline pipeline(loader, **arena, assembler, f.locator, *f.slice, f.options);
-    uint64_t next_sample = 0;
-    for (;;) {
-      auto d = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
-      REQUIRE(d.ok());
-      if (d->end_of_epoch) break;
-      for (uint64_t id : d->batch.sample_ids) REQUIRE(id == next_sample++);
-      REQUIRE((*arena)->Release(d->slot, loader).ok());
-    }
-    CHECK(next_sample == 1024);
+    CHECK(ReadToEnd(pipeline, **arena, loader, 0) == 1024);
   }
   CHECK(source.whole_reads_.load() == 0);
   const auto warmed = source.warmed();
