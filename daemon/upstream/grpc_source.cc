@@ -40,6 +40,8 @@ constexpr Family kHedges{"shardcache_upstream_hedges_total",
                          "Stuck demand fetches re-issued on another stream (the first verified copy wins)"};
 constexpr Family kRangeHedges{"shardcache_upstream_range_hedges_total",
                               "Of the hedges, those of block ranges (the others re-issue whole chunks)"};
+constexpr Family kStalledConnections{"shardcache_upstream_stalled_connections_total",
+                                     "Connections closed after a stream on them was found stuck (not given to the next fetch)"};
 constexpr Family kChecksumFailures{"shardcache_upstream_checksum_failures_total",
                                    "Fetched chunks that failed decoding or hash verification (refetched)"};
 
@@ -147,13 +149,20 @@ struct GrpcSource::FetchTask {
   uint32_t first_block = 0, block_count = 0;
 
   // Hedging. A hedge races `original` for the same leaders and never publishes a failure (the
-  // original still may succeed). Under GrpcSource::mu_: `hedge`, once HedgeLoop made one.
+  // original still may succeed). Under GrpcSource::mu_: `hedges`, those HedgeLoop made (a
+  // second only once the first is stuck as well; at most kMaxHedges).
   bool is_hedge = false;
   bool striped = false;  // a hedge run as block ranges on other streams (RunStriped)
   std::weak_ptr<FetchTask> original;
-  std::shared_ptr<FetchTask> hedge;
+  std::vector<std::shared_ptr<FetchTask>> hedges;
   // Steady-clock ns of the running attempt's start or its last message (0: not running).
   std::atomic<int64_t> last_heard_ns{0};
+  // HedgeLoop found this task's stream stuck: its connection is closed once the task ends, not
+  // given to the next task (a stalled TCP connection stays stalled after the call is cancelled;
+  // traced: a range and its three hedges all stuck on slots freed by cancelled stuck batches).
+  std::atomic<bool> stalled{false};
+  // The running attempt had a message (its stream answered at all).
+  std::atomic<bool> answered{false};
   PartialChunk partial;  // a whole chunk arriving in parts
   // Batching (RunBatch). `alone`: a range that did not arrive on a batch's stream runs alone
   // from then on. `companions`: the ranges riding on this task's stream, for HedgeLoop; under
@@ -605,24 +614,44 @@ void GrpcSource::HedgeLoop() {
     // The usual times once per look, not per running task (each is a median over 255 messages).
     const int64_t usual_part = chunk_times_.Median(), usual_range = range_times_.Median();
     const std::chrono::nanoseconds stuck_part = StuckAfter(false, usual_part), stuck_range = StuckAfter(true, usual_range);
+    // An attempt not answered yet waits a round trip and the link's queue (half a second behind
+    // 128 streams' windows, traced), not one message's time: 4x the usual first answer at least.
+    const int64_t usual_first = first_times_.Median();
+    const auto stuck_after = [&](const FetchTask& f, std::chrono::nanoseconds stuck) {
+      return f.answered.load() || usual_first == 0 ? stuck : std::max(stuck, std::chrono::nanoseconds(4 * usual_first));
+    };
+    // Streams to spare (nothing queued, at most half the limit running: the link mostly idles):
+    // a stuck prefetch is rescued before a read waits for it. At an epoch's tail the reads to
+    // come sit in stalled prefetch batches while the link idles (traced: 3-4 s of a 13 s cold
+    // epoch at 1% stalls).
+    const bool spare = demand_.empty() && prefetch_.empty() && 2 * running_ <= controller_.limit();
     for (const std::shared_ptr<FetchTask>& t : running_conn_) {
       if (t == nullptr) continue;
       // A batch (RunBatch) that went quiet while a read waits for one of its ranges ends; the
       // ranges it did not bring run alone, the wanted ones as demand work (hedged as such).
-      if (std::chrono::nanoseconds(now - t->last_heard_ns.load()) >= stuck_range &&
-          std::any_of(t->companions.begin(), t->companions.end(),
-                      [](const std::shared_ptr<FetchTask>& c) { return c->leaders->AnyOpenWanted(); })) {
+      if (!t->companions.empty() && std::chrono::nanoseconds(now - t->last_heard_ns.load()) >= stuck_after(*t, stuck_range) &&
+          (spare || std::any_of(t->companions.begin(), t->companions.end(),
+                                [](const std::shared_ptr<FetchTask>& c) { return c->leaders->AnyOpenWanted(); }))) {
+        t->stalled.store(true);
         t->CancelAttempt();
       }
-      if (t->is_hedge || t->hedge != nullptr) continue;
-      // A prefetch is hedged once a demand read waits for one of its chunks.
-      if (t->priority != FetchPriority::kDemand && !t->leaders->AnyOpenWanted()) continue;
-      const int64_t heard = t->last_heard_ns.load();
+      if (t->is_hedge || t->hedges.size() >= kMaxHedges) continue;
+      // A prefetch is hedged once a demand read waits for one of its chunks, or streams are spare.
+      if (t->priority != FetchPriority::kDemand && !spare && !t->leaders->AnyOpenWanted()) continue;
       const bool range = t->block_count > 0;
-      if (heard == 0 || t->cancelled.load() || std::chrono::nanoseconds(now - heard) < (range ? stuck_range : stuck_part)) {
+      const std::chrono::nanoseconds stuck = range ? stuck_range : stuck_part;
+      const auto is_stuck = [&](const FetchTask& f) {
+        const int64_t heard = f.last_heard_ns.load();
+        return heard != 0 && !f.cancelled.load() && std::chrono::nanoseconds(now - heard) >= stuck_after(f, stuck);
+      };
+      // Another hedge only when every one so far is stuck too (a stall on its stream as well).
+      if (!is_stuck(*t) || !std::all_of(t->hedges.begin(), t->hedges.end(), [&](const auto& h) { return is_stuck(*h); })) {
         continue;
       }
       if (!health_.up()) continue;  // an outage: another stream would wait as long
+      t->stalled.store(true);
+      for (const auto& stuck_hedge : t->hedges) stuck_hedge->stalled.store(true);
+      const int64_t heard = t->last_heard_ns.load();
       auto h = std::make_shared<FetchTask>();
       h->dataset = t->dataset;
       h->shard = t->shard;
@@ -638,7 +667,7 @@ void GrpcSource::HedgeLoop() {
       // stream would meet a stall as often as the original did.
       h->striped = t->block_count == 0;
       h->original = t;
-      t->hedge = h;
+      t->hedges.push_back(h);
       hedges_.fetch_add(1);
       if (range) range_hedges_.fetch_add(1);
       SC_LOG_RATE_LIMITED(spdlog::level::debug,
@@ -921,14 +950,27 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     }
     lock.Lock();
     running_conn_[slot] = nullptr;
-    std::shared_ptr<FetchTask> hedge = std::move(task->hedge);
+    std::unique_ptr<Connection> stalled_conn;
+    if (task->stalled.load() && connections_[slot] != nullptr) {  // the next task connects anew
+      stalled_conn = std::move(connections_[slot]);
+      stalled_connections_.fetch_add(1);
+    }
+    std::vector<std::shared_ptr<FetchTask>> hedges = std::move(task->hedges);
+    auto original = task->original.lock();
+    // Done with every chunk, a hedge ends the attempts racing it: the original's (stuck, or
+    // fetching copies) and the other hedges'.
+    if (task->is_hedge && original && task->leaders->NextOpen(task->first, task->end) == task->end) {
+      hedges = original->hedges;
+      hedges.push_back(original);
+    }
     lock.Unlock();
+    stalled_conn.reset();  // closed outside mu_
     if (task->is_hedge) {
-      // Done with every chunk: the original's attempt (stuck, or fetching copies) ends.
-      auto original = task->original.lock();
-      if (original && task->leaders->NextOpen(task->first, task->end) == task->end) original->CancelAttempt();
+      for (const auto& other : hedges) {
+        if (other != task) other->CancelAttempt();
+      }
     } else {
-      if (hedge) hedge->Cancel();
+      for (const auto& hedge : hedges) hedge->Cancel();
       // Leaders left unpublished (cancelled) publish Aborted now, so their waiters refetch.
       task->leaders->Drop();
     }
@@ -1066,6 +1108,7 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
   streams_.fetch_add(1);
   Attempt a;
   a.last_heard = a.chunk_began = Clock::now();
+  task.answered.store(false);
   task.last_heard_ns.store(a.last_heard.time_since_epoch().count());
   auto reader = conn.stub->ReadChunks(&ctx, req);
   v1::ChunkMessage msg;
@@ -1073,6 +1116,7 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
     const auto now = Clock::now();
     a.chunk_time = now - a.last_heard;
     a.last_heard = now;
+    if (!task.answered.exchange(true)) first_times_.Add(a.chunk_time.count());
     task.last_heard_ns.store(now.time_since_epoch().count());
     health_.OnAnswer();
     if (!Receive(task, msg, p, a)) {
@@ -1184,7 +1228,10 @@ size_t GrpcSource::StreamBatch(const std::vector<FetchTask*>& given, Connection&
   streams_.fetch_add(1);
   Attempt a;
   a.last_heard = a.chunk_began = Clock::now();
-  for (FetchTask* t : tasks) t->last_heard_ns.store(a.last_heard.time_since_epoch().count());
+  for (FetchTask* t : tasks) {
+    t->answered.store(false);
+    t->last_heard_ns.store(a.last_heard.time_since_epoch().count());
+  }
   auto reader = conn.stub->ReadChunks(&ctx, req);
   v1::ChunkMessage msg;
   size_t at = 0, taken = 0;  // the range the next message is for; those taken so far
@@ -1194,7 +1241,11 @@ size_t GrpcSource::StreamBatch(const std::vector<FetchTask*>& given, Connection&
     a.last_heard = now;
     // The ranges still to come are not stuck while their stream moves (HedgeLoop looks at the
     // task the worker runs, which may have come first).
-    for (FetchTask* t : tasks) t->last_heard_ns.store(now.time_since_epoch().count());
+    if (!tasks[0]->answered.load()) first_times_.Add(a.chunk_time.count());
+    for (FetchTask* t : tasks) {
+      t->answered.store(true);
+      t->last_heard_ns.store(now.time_since_epoch().count());
+    }
     health_.OnAnswer();
     const bool go_on = Receive(*tasks[at], msg, ps[at], a);
     if (ps[at].next < tasks[at]->end) {
@@ -1553,6 +1604,7 @@ void GrpcSource::VisitStats(const stats::Visitor& visit) const {
   stats::Counter(visit, kChecksumFailures, checksum_failures_.load());
   stats::Counter(visit, kHedges, hedges_.load());
   stats::Counter(visit, kRangeHedges, range_hedges_.load());
+  stats::Counter(visit, kStalledConnections, stalled_connections_.load());
 }
 
 GrpcSource::Stats GrpcSource::stats() const {
@@ -1566,6 +1618,7 @@ GrpcSource::Stats GrpcSource::stats() const {
   s.checksum_failures = checksum_failures_.load();
   s.hedges = hedges_.load();
   s.range_hedges = range_hedges_.load();
+  s.stalled_connections = stalled_connections_.load();
   s.stream_limit = controller_.limit();
   s.goodput_bytes_per_s = controller_.goodput();
   s.in_flight_bytes = in_flight_bytes_.load();

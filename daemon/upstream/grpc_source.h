@@ -29,17 +29,25 @@
 //     time of one message of its kind (block range or part; the median of the last 31, so a
 //     few stalled messages do not raise it; at least 200 ms / 500 ms; no whole chunk is hedged
 //     before one message of its kind has arrived: on a cold start they are all slow, none
-//     stuck) is re-issued once on another stream (another connection), unless the upstream is
-//     down. Both share the chunks' leaders (ChunkLeaders): the first verified copy of each chunk
-//     is published, the other dropped, and whichever finishes first ends the other. A stalled
-//     connection then costs a batch a fraction of a second, not the stall. A whole chunk's
-//     hedge is block ranges on up to kStripes streams (RunStriped) for the blocks the stalled
-//     stream has not brought yet; its parts so far are taken as they are. (A lower threshold
-//     while the link is mostly idle, at an epoch's tail, was tried and removed: a whole chunk
-//     alone on a narrow window takes a second by nature, so it hedged chunks that were on their
-//     way — 13-22 hedges and 0.80 x link at 60 ms / 256 KiB, against 0 and 0.83 without it;
-//     under random stalls it made no difference.) A prefetch that a demand read waits for is
-//     hedged like a demand fetch. Counted in shardcache_upstream_hedges_total.
+//     stuck; before the attempt's first message, 4x the usual first answer at least: a round
+//     trip and the link's queue, half a second behind 128 streams' windows) is re-issued on
+//     another stream (another connection), unless the upstream is down. Both share the chunks'
+//     leaders (ChunkLeaders): the first verified copy of each chunk is published, the other
+//     dropped, and whichever finishes first ends the others. When the hedge is stuck as well
+//     another follows, up to kMaxHedges. A stalled connection then costs a batch a fraction of
+//     a second, not the stall. A whole chunk's hedge is block ranges on up to kStripes streams
+//     (RunStriped) for the blocks the stalled stream has not brought yet; its parts so far are
+//     taken as they are. A prefetch that a demand read waits for is hedged like a demand
+//     fetch, and so is any stuck prefetch (a prefetch batch's stream: its ranges then run
+//     alone) while streams are spare — nothing queued and at most half the limit running, an
+//     epoch's tail, where the last samples otherwise wait out their streams' stalls (traced:
+//     the last 4% of a cold epoch took 3-4 s of 13 at 1% stalls of 2 s; 0.65 -> 0.87 x link).
+//     Spare prefetches are judged by the same thresholds (a fixed 300 ms one at the tail was
+//     tried and removed: a whole chunk alone on a narrow window takes a second by nature).
+//     A task found stuck has its connection closed when it ends, not given to the next task:
+//     the TCP connection stays stalled after its call is cancelled (traced: a range and its
+//     three hedges all stuck on slots freed by cancelled stuck batches). Counted in
+//     shardcache_upstream_hedges_total and shardcache_upstream_stalled_connections_total.
 //     Opening a dataset's manifest starts connecting those slots, so that the reads
 //     that follow an open do not each wait for a handshake.
 //   * A global bandwidth cap (TokenBucket) shared by all streams; SetBandwidth changes it live.
@@ -147,6 +155,10 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // Streams demand work may run past the stream limit (see above): a batch of 16 samples in 16
   // chunks starts at once.
   static constexpr int kDemandLanes = 16;
+  // Copies of one stuck fetch racing it at most: a second (third) hedge starts only when the
+  // one before is stuck as well, so one stall behind another costs a few look periods, not a
+  // stall.
+  static constexpr size_t kMaxHedges = 3;
   // Block ranges a whole chunk's hedge is split into (RunStriped).
   static constexpr uint64_t kStripes = 8;
   // Prefetch block ranges queued together ride on one stream (RunBatch), up to this many bytes
@@ -203,6 +215,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
     uint64_t checksum_failures = 0;  // chunks that failed verification (refetched)
     uint64_t hedges = 0;             // stuck demand fetches re-issued on another stream
     uint64_t range_hedges = 0;       // of them, block ranges
+    uint64_t stalled_connections = 0;  // closed after a stream on them was found stuck
     int stream_limit = 0;            // current adaptive limit
     double goodput_bytes_per_s = 0;  // last measured
     int workers = 0;                 // worker threads alive
@@ -368,8 +381,9 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   std::thread prober_;
   std::thread hedger_;  // HedgeLoop
   // One message's usual time on its stream: parts of whole chunks (or whole chunks, from an
-  // upstream that sends no parts), block ranges.
-  MessageTimes chunk_times_, range_times_;
+  // upstream that sends no parts), block ranges; and of an attempt's first message (a round
+  // trip and the link's queue).
+  MessageTimes chunk_times_, range_times_, first_times_;
 
   Mutex manifest_mu_;
   struct CachedManifest {
@@ -380,7 +394,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   SingleFlight<std::string, Result<DatasetPtr>> manifest_flights_;  // per dataset name
 
   std::atomic<uint64_t> wire_bytes_{0}, payload_bytes_{0}, chunks_{0}, block_ranges_{0}, streams_{0}, retries_{0},
-      checksum_failures_{0}, hedges_{0}, range_hedges_{0}, block_tables_{0};
+      checksum_failures_{0}, hedges_{0}, range_hedges_{0}, stalled_connections_{0}, block_tables_{0};
   metrics::SourceHandle stats_source_;  // reset first thing in the destructor
 };
 

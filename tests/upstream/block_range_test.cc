@@ -87,6 +87,19 @@ grpc::Status RawRanges(const std::string& target, uint64_t chunk, uint32_t first
   return reader->Finish();
 }
 
+// A few quick fetches of shard 1: the usual time of a block range's and a part's message (and
+// of a first answer), against which a stalled stream is judged.
+void LearnUsualTimes(ChunkSource& source, const DatasetPtr& d, bool ranges) {
+  for (uint64_t c = 0; c < 3; ++c) {
+    if (ranges) {
+      Reads warm;
+      warm.Add(c, 0, 10);
+      REQUIRE(source.ReadPieces(d, 1, warm.Bind(), Within(std::chrono::seconds(10))).ok());
+    }
+    REQUIRE(source.ReadChunk(d, 1, c, Within(std::chrono::seconds(10))).ok());
+  }
+}
+
 v1::BlockRange Range(uint32_t shard, uint64_t chunk, uint32_t first_block, uint32_t block_count, bool table) {
   v1::BlockRange r;
   r.set_shard(shard);
@@ -369,13 +382,7 @@ TEST_CASE("a demand fetch stuck on a stalled stream is hedged on another; the fi
   REQUIRE(d.ok());
   using Clock = std::chrono::steady_clock;
   const bool range = GENERATE(false, true);
-  // The usual time of a message of each kind, from a few quick fetches.
-  for (uint64_t c = 0; c < 3; ++c) {
-    Reads warm;
-    warm.Add(c, 0, 10);
-    REQUIRE(client->ReadPieces(*d, 1, warm.Bind(), Within(std::chrono::seconds(10))).ok());
-    REQUIRE(client->ReadChunk(*d, 1, c, Within(std::chrono::seconds(10))).ok());
-  }
+  LearnUsualTimes(*client, *d, /*ranges=*/true);
   o.faults->stall_next_ms = 4000;  // the next stream's first message comes 4 s late
   const uint64_t ranges_before = client->stats().block_ranges;
   const auto t0 = Clock::now();
@@ -404,6 +411,35 @@ TEST_CASE("a demand fetch stuck on a stalled stream is hedged on another; the fi
   // retried (nor counted towards an outage).
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   CHECK(client->stats().retries == 0);
+  // The stalled stream's connection is closed, not given to the next fetch.
+  CHECK(client->stats().stalled_connections == 1);
+}
+
+TEST_CASE("a hedge stuck as well is followed by another; a stall behind a stall costs a fraction of a second",
+          "[origin][blocks][hedge]") {
+  OriginFixture o({}, /*faulty=*/true);
+  auto client = o.Client();
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  LearnUsualTimes(*client, *d, /*ranges=*/true);
+  const int stalled = GENERATE(2, 3);  // the original and one or two hedges
+  o.faults->stall_next_ms = 4000;
+  o.faults->stall_reads = stalled;
+  const auto t0 = std::chrono::steady_clock::now();
+  Reads r;
+  r.Add(1, kBlock + 3, 5000);
+  REQUIRE(client->ReadPieces(*d, 0, r.Bind(), Within(std::chrono::seconds(10))).ok());
+  r.CheckAgainst(o.ShardPath(0));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("took " << took << " s; " << stalled << " streams stalled for 4 s");
+  // One floor (0.2 s) per stuck copy and a quick fetch. With one hedge only it took the stall.
+  CHECK(took < 0.4 * stalled + 0.5);
+  CHECK(client->stats().hedges == static_cast<uint64_t>(stalled));
+  CHECK(client->stats().range_hedges == static_cast<uint64_t>(stalled));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(client->stats().stalled_connections == static_cast<uint64_t>(stalled));
+  CHECK(client->stats().retries == 0);
+  CHECK(client->stats().checksum_failures == 0);
 }
 
 TEST_CASE("a prefetch stuck on a stalled stream is hedged once a demand read waits for its chunk",
@@ -411,7 +447,10 @@ TEST_CASE("a prefetch stuck on a stalled stream is hedged once a demand read wai
   OriginFixture o({}, /*faulty=*/true);
   const bool through_cache = GENERATE(false, true);
   TempDir nvme;
-  std::unique_ptr<upstream::GrpcSource> client = o.Client();
+  // One stream: the stuck prefetch fills the limit, so no stream is spare (see below).
+  upstream::GrpcSourceOptions one;
+  one.connections = 1;
+  std::unique_ptr<upstream::GrpcSource> client = o.Client(one);
   upstream::GrpcSource* grpc = client.get();
   std::shared_ptr<ChunkSource> node;
   if (through_cache) {
@@ -427,9 +466,7 @@ TEST_CASE("a prefetch stuck on a stalled stream is hedged once a demand read wai
   }
   auto d = node->OpenDataset("recs");
   REQUIRE(d.ok());
-  for (uint64_t c = 0; c < 3; ++c) {  // the usual time of a chunk's message
-    REQUIRE(node->ReadChunk(*d, 1, c, Within(std::chrono::seconds(10))).ok());
-  }
+  LearnUsualTimes(*node, *d, /*ranges=*/false);
   o.faults->stall_next_ms = 4000;
   ReadOptions ahead = Within(std::chrono::seconds(10));
   ahead.priority = FetchPriority::kPrefetch;
@@ -446,6 +483,26 @@ TEST_CASE("a prefetch stuck on a stalled stream is hedged once a demand read wai
   INFO("the demand read took " << took << " s; the stall had 2.5 s left");
   CHECK(took < 1.5);
   CHECK(grpc->stats().hedges == 1);
+}
+
+TEST_CASE("with streams to spare, a stuck prefetch is hedged before any read waits for it",
+          "[origin][hedge]") {
+  OriginFixture o({}, /*faulty=*/true);
+  auto client = o.Client();  // 32 streams to start with: one running leaves most spare
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  LearnUsualTimes(*client, *d, /*ranges=*/false);
+  o.faults->stall_next_ms = 4000;
+  ReadOptions ahead = Within(std::chrono::seconds(10));
+  ahead.priority = FetchPriority::kPrefetch;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = client->ReadChunk(*d, 0, 1, ahead);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(c.ok());
+  CHECK(ChunkBytes(*c) == FileBytes(o.ShardPath(0), kChunk, kChunk));
+  INFO("the prefetch took " << took << " s; its stream stalled for 4 s");
+  CHECK(took < 1.5);
+  CHECK(client->stats().hedges == 1);
 }
 
 TEST_CASE("a read striped over streams, one stalled and one reset, arrives byte-exact and on time",

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -46,6 +47,7 @@ class FaultySource final : public testing::ForwardingSource {
   std::atomic<int64_t> corrupt_chunk{-1};
   std::atomic<int> corrupt_first{0};
   std::atomic<int> stall_next_ms{0};  // the next read (only) waits this long first: a stalled stream
+  std::atomic<int> stall_reads{1};    // ... or the next stall_reads reads, each
   std::atomic<bool> reset_next{false};  // the read after that (only) fails as a reset stream would
 
   Result<DatasetPtr> OpenDataset(const std::string& name) override {
@@ -57,7 +59,7 @@ class FaultySource final : public testing::ForwardingSource {
   Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& o, const ChunkSink& sink) override {
     read_calls.fetch_add(1);
-    if (int ms = stall_next_ms.exchange(0)) {
+    if (int ms = TakeStall()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     } else if (reset_next.exchange(false)) {
       return Unavailable("injected: connection reset by peer");
@@ -76,6 +78,18 @@ class FaultySource final : public testing::ForwardingSource {
       return sink(c, chunk);
     });
   }
+
+ private:
+  int TakeStall() {
+    std::lock_guard<std::mutex> lock(stall_mu_);
+    const int ms = stall_next_ms.load();
+    if (ms > 0 && stall_reads.fetch_sub(1) <= 1) {
+      stall_next_ms.store(0);
+      stall_reads.store(1);
+    }
+    return ms;
+  }
+  std::mutex stall_mu_;
 
 };
 
