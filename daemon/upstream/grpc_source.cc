@@ -636,9 +636,11 @@ void GrpcSource::HedgeLoop() {
         t->CancelAttempt();
       }
       if (t->is_hedge || t->hedges.size() >= kMaxHedges) continue;
-      // A prefetch is hedged once a demand read waits for one of its chunks, or streams are spare.
-      if (t->priority != FetchPriority::kDemand && !spare && !t->leaders->AnyOpenWanted()) continue;
+      // A prefetch is hedged once a demand read waits for one of its chunks, or, a block range,
+      // while streams are spare (a whole chunk's copy would cost its whole length again, for a
+      // read nobody waits for yet: under a starved CPU an integration test saw chunks sent twice).
       const bool range = t->block_count > 0;
+      if (t->priority != FetchPriority::kDemand && !(spare && range) && !t->leaders->AnyOpenWanted()) continue;
       const std::chrono::nanoseconds stuck = range ? stuck_range : stuck_part;
       const auto is_stuck = [&](const FetchTask& f) {
         const int64_t heard = f.last_heard_ns.load();

@@ -38,8 +38,9 @@
 //     a second, not the stall. A whole chunk's hedge is block ranges on up to kStripes streams
 //     (RunStriped) for the blocks the stalled stream has not brought yet; its parts so far are
 //     taken as they are. A prefetch that a demand read waits for is hedged like a demand
-//     fetch, and so is any stuck prefetch (a prefetch batch's stream: its ranges then run
-//     alone) while streams are spare — nothing queued and at most half the limit running, an
+//     fetch, and so is any stuck prefetch of block ranges (a prefetch batch's stream: its
+//     ranges then run alone; not a whole chunk, whose copy costs its whole length) while
+//     streams are spare — nothing queued and at most half the limit running, an
 //     epoch's tail, where the last samples otherwise wait out their streams' stalls (traced:
 //     the last 4% of a cold epoch took 3-4 s of 13 at 1% stalls of 2 s; 0.65 -> 0.87 x link).
 //     Spare prefetches are judged by the same thresholds (a fixed 300 ms one at the tail was
