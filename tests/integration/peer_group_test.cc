@@ -72,6 +72,12 @@ struct Group {
 
   std::string Member(int i) const { return "127.0.0.1:" + std::to_string(nodes[i]->origin_port); }
   double OriginChunks() const { return Metric(origin->metrics_port, "shardcache_origin_chunks_total"); }
+  // Hedges of the members' fetches over their own upstream links (to the origin).
+  double UpstreamHedges() const {
+    double n = 0;
+    for (const auto& node : nodes) n += Metric(node->metrics_port, "shardcache_upstream_hedges_total");
+    return n;
+  }
 };
 
 // `shardctl fetch` of the whole dataset through node i, as a process.
@@ -103,7 +109,17 @@ TEST_CASE("peer group: 4 nodes read a whole dataset byte-exact and the origin se
     REQUIRE(Wait(*fetches[i]) == 0);
     RequireSameShards(g.root + "/recs", g.dir / ("out" + std::to_string(i)));
   }
-  CHECK(g.OriginChunks() == kChunks);
+  // Each chunk once, but for the copies hedges asked for: on a starved CPU (sanitizer builds on
+  // two cores) a stream can look stuck, and its hedge fetches the chunk again as up to 8 block
+  // ranges (GrpcSource::kStripes; each one message at the origin, as a stuck range's hedge is).
+  const double hedges = g.UpstreamHedges();
+  INFO(hedges << " hedges");
+  if (hedges == 0) {
+    CHECK(g.OriginChunks() == kChunks);
+  } else {
+    CHECK(g.OriginChunks() >= kChunks);
+    CHECK(g.OriginChunks() <= kChunks + 8 * hedges);
+  }
   // Each node got chunks from every other member, and fetched its own share over its own
   // upstream link. Whether the node's own reads find that share already cached (because a peer
   // asked for it first) depends on timing, so "self" is judged by the upstream counter.
