@@ -957,22 +957,22 @@ void GrpcSource::WorkerLoop(uint64_t id) {
       stalled_conn = std::move(connections_[slot]);
       stalled_connections_.fetch_add(1);
     }
-    std::vector<std::shared_ptr<FetchTask>> hedges = std::move(task->hedges);
-    auto original = task->original.lock();
-    // Done with every chunk, a hedge ends the attempts racing it: the original's (stuck, or
-    // fetching copies) and the other hedges'.
-    if (task->is_hedge && original && task->leaders->NextOpen(task->first, task->end) == task->end) {
-      hedges = original->hedges;
-      hedges.push_back(original);
+    // The tasks racing this one that it ends: an original's hedges; for a hedge done with every
+    // chunk, the original's attempt (stuck, or fetching copies) and the other hedges'.
+    std::vector<std::shared_ptr<FetchTask>> racing = std::move(task->hedges);
+    if (auto original = task->original.lock();
+        task->is_hedge && original && task->leaders->NextOpen(task->first, task->end) == task->end) {
+      racing = original->hedges;
+      racing.push_back(original);
     }
     lock.Unlock();
     stalled_conn.reset();  // closed outside mu_
     if (task->is_hedge) {
-      for (const auto& other : hedges) {
+      for (const auto& other : racing) {
         if (other != task) other->CancelAttempt();
       }
     } else {
-      for (const auto& hedge : hedges) hedge->Cancel();
+      for (const auto& hedge : racing) hedge->Cancel();
       // Leaders left unpublished (cancelled) publish Aborted now, so their waiters refetch.
       task->leaders->Drop();
     }
@@ -1029,8 +1029,33 @@ struct GrpcSource::Attempt {
   Clock::time_point last_heard;
   Clock::duration chunk_time{};  // between the last message and the one before (or the start)
   Clock::time_point chunk_began;  // the last chunk's end (or the start): a chunk's time on its stream
+  bool answered = false;         // a message arrived
   grpc::Status finished;         // the stream's own status
 };
+
+GrpcSource::Attempt GrpcSource::BeginAttempt(std::span<FetchTask* const> tasks) {
+  streams_.fetch_add(1);
+  Attempt a;
+  a.last_heard = a.chunk_began = Clock::now();
+  for (FetchTask* t : tasks) {
+    t->answered.store(false);
+    t->last_heard_ns.store(a.last_heard.time_since_epoch().count());
+  }
+  return a;
+}
+
+void GrpcSource::Heard(Attempt& a, std::span<FetchTask* const> tasks) {
+  const auto now = Clock::now();
+  a.chunk_time = now - a.last_heard;
+  a.last_heard = now;
+  if (!a.answered) first_times_.Add(std::chrono::duration_cast<std::chrono::nanoseconds>(a.chunk_time).count());
+  a.answered = true;
+  for (FetchTask* t : tasks) {
+    t->answered.store(true);
+    t->last_heard_ns.store(now.time_since_epoch().count());
+  }
+  health_.OnAnswer();
+}
 
 void GrpcSource::FailRest(FetchTask& task, TaskProgress& p, const Status& s) {
   if (!task.is_hedge) {  // a hedge's failure leaves the chunks to its original
@@ -1107,20 +1132,12 @@ GrpcSource::Attempt GrpcSource::Stream(FetchTask& task, Connection& conn, grpc::
     task.partial.chunk = UINT64_MAX;
     task.partial.filled = 0;
   }
-  streams_.fetch_add(1);
-  Attempt a;
-  a.last_heard = a.chunk_began = Clock::now();
-  task.answered.store(false);
-  task.last_heard_ns.store(a.last_heard.time_since_epoch().count());
+  FetchTask* const self = &task;
+  Attempt a = BeginAttempt({&self, 1});
   auto reader = conn.stub->ReadChunks(&ctx, req);
   v1::ChunkMessage msg;
   while (reader->Read(&msg)) {
-    const auto now = Clock::now();
-    a.chunk_time = now - a.last_heard;
-    a.last_heard = now;
-    if (!task.answered.exchange(true)) first_times_.Add(a.chunk_time.count());
-    task.last_heard_ns.store(now.time_since_epoch().count());
-    health_.OnAnswer();
+    Heard(a, {&self, 1});
     if (!Receive(task, msg, p, a)) {
       a.stopped_early = true;
       break;
@@ -1227,28 +1244,14 @@ size_t GrpcSource::StreamBatch(const std::vector<FetchTask*>& given, Connection&
     r->set_block_count(t.block_count);
     r->set_want_block_table(ps[i].table == nullptr && !ps[i].table_elsewhere);
   }
-  streams_.fetch_add(1);
-  Attempt a;
-  a.last_heard = a.chunk_began = Clock::now();
-  for (FetchTask* t : tasks) {
-    t->answered.store(false);
-    t->last_heard_ns.store(a.last_heard.time_since_epoch().count());
-  }
+  Attempt a = BeginAttempt(tasks);
   auto reader = conn.stub->ReadChunks(&ctx, req);
   v1::ChunkMessage msg;
   size_t at = 0, taken = 0;  // the range the next message is for; those taken so far
   while (at < tasks.size() && reader->Read(&msg)) {
-    const auto now = Clock::now();
-    a.chunk_time = now - a.last_heard;
-    a.last_heard = now;
     // The ranges still to come are not stuck while their stream moves (HedgeLoop looks at the
     // task the worker runs, which may have come first).
-    if (!tasks[0]->answered.load()) first_times_.Add(a.chunk_time.count());
-    for (FetchTask* t : tasks) {
-      t->answered.store(true);
-      t->last_heard_ns.store(now.time_since_epoch().count());
-    }
-    health_.OnAnswer();
+    Heard(a, tasks);
     const bool go_on = Receive(*tasks[at], msg, ps[at], a);
     if (ps[at].next < tasks[at]->end) {
       // Not taken. A range that failed its checks (or whose table did not come) runs alone

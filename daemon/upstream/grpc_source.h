@@ -109,6 +109,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -269,6 +270,11 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   struct Attempt;
   // Fetches the task's chunks, retrying with backoff, until each is published (data or error).
   void RunTask(FetchTask& task, Connection& conn);
+  // An attempt of `tasks` (those riding on one stream) begins; none has been heard since.
+  Attempt BeginAttempt(std::span<FetchTask* const> tasks);
+  // A message arrived on the attempt's stream: its time (the first one's also as a first
+  // answer), every task on the stream heard now, the upstream up.
+  void Heard(Attempt& a, std::span<FetchTask* const> tasks);
   // One ReadChunks stream for the task's chunks from p.next.
   Attempt Stream(FetchTask& task, Connection& conn, grpc::ClientContext& ctx, TaskProgress& p);
   // The request of the task's next attempt (from p.next; a block range asks for the chunk's
