@@ -147,24 +147,29 @@ def node_epoch(b, name, port, dataset, dataset_bytes, samples, shuffle, link=Non
 
 
 def sample_objstore(node, t0, done, trace):
-    while not done.wait(1.0):
+    """(seconds, bytes read from the bucket, bytes served to the client) every 0.25 s."""
+    def total(m, metric):
+        return sum(v for k, v in m.items() if k.split("{")[0] == metric)
+    while not done.wait(0.25):
         try:
             m = node.metrics()
         except OSError:
             continue
-        trace.append((time.perf_counter() - t0, sum(v for k, v in m.items()
-                                                     if k.split("{")[0] == "shardcache_objstore_read_bytes_total")))
+        trace.append((time.perf_counter() - t0, total(m, "shardcache_objstore_read_bytes_total"),
+                      total(m, "shardcache_serve_bytes_total")))
 
 
 def print_trace(name, trace):
-    """Bucket read rate per tenth of the run (Mbit/s)."""
+    """Bucket read rate (Mbit/s) and the share of the epoch served so far, per tenth of the run."""
     if len(trace) < 2:
         return
     step = max(1, len(trace) // 10)
     points = trace[::step] + ([trace[-1]] if (len(trace) - 1) % step else [])
-    parts = [f"{t_b:.0f}s: {(b_b - b_a) * 8 / (t_b - t_a) / 1e6:.0f}"
-             for (t_a, b_a), (t_b, b_b) in zip(points, points[1:])]
-    print(f"  {name} bucket reads (t: Mbit/s): " + ", ".join(parts))
+    read = [f"{t_b:.1f}s: {(b_b - b_a) * 8 / (t_b - t_a) / 1e6:.0f}"
+            for (t_a, b_a, _), (t_b, b_b, _) in zip(points, points[1:])]
+    print(f"  {name} bucket reads (t: Mbit/s): " + ", ".join(read))
+    served = [f"{t:.1f}s: {s / S.MiB:.0f}" for t, _, s in points]
+    print(f"  {name} served to the client (t: MiB): " + ", ".join(served))
 
 
 class Peers:

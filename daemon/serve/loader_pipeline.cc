@@ -77,7 +77,8 @@ bool LoaderPipeline::CanStartLocked() const {
   // the running assemblies let a slow batch pile up finished ones behind it until the arena
   // was full and the client's other loaders got no slot.
   const size_t queued = ready_.size() + inflight_.size();
-  return error_.ok() && assemble_index_ < total_ && queued < options_.prefetch_batches &&
+  const bool first_alone = next_assembly_ > 0 && !first_assembled_;
+  return error_.ok() && !first_alone && assemble_index_ < total_ && queued < options_.prefetch_batches &&
          assembling_ < std::max<uint32_t>(1, options_.assemble_depth) &&
          queued + arena_.SlotsIn(Arena::SlotState::kDelivered, id_) < options_.max_slots;
 }
@@ -138,6 +139,7 @@ void LoaderPipeline::StartAssembly(uint64_t seq, uint32_t slot, uint64_t first, 
 void LoaderPipeline::OnAssembled(uint64_t seq, Status s, AssembledBatch batch) {
   MutexLock l(&mu_);
   --assembling_;
+  first_assembled_ = true;
   auto it = inflight_.find(seq);
   InFlight& f = it->second;
   if (stop_) {
@@ -261,6 +263,7 @@ bool LoaderPipeline::Warm() {
   uint64_t base;
   {
     MutexLock l(&mu_);
+    if (!first_assembled_) return false;
     base = assemble_index_;
   }
   if (sample_warmer_) {

@@ -804,7 +804,60 @@ Status GrpcSource::ReadPieces(const DatasetPtr& d, uint32_t shard, std::span<con
   std::vector<PieceRange> launch_order;
   launch_order.reserve(ranges.size());
   for (const auto& [at, k] : by_given) launch_order.push_back(std::move(ranges[k]));
+  if (options.priority == FetchPriority::kDemand) {
+    if (const uint64_t stripes = DemandStripes(launch_order.size()); stripes > 1) {
+      return FetchStriped(d, shard, pieces, order, launch_order, stripes, options);
+    }
+  }
   return FetchRanges(d, shard, pieces.data(), order, launch_order, options);
+}
+
+uint64_t GrpcSource::DemandStripes(size_t ranges) {
+  if (ranges == 0) return 1;
+  MutexLock lock(&mu_);
+  const int idle = DemandLimit() - running_ - static_cast<int>(demand_.size());
+  if (idle < 2 * static_cast<int>(ranges)) return 1;
+  return std::min<uint64_t>(kStripes, static_cast<uint64_t>(idle) / ranges);
+}
+
+Status GrpcSource::FetchStriped(const DatasetPtr& d, uint32_t shard, std::span<const ChunkPiece> given,
+                                const std::vector<const ChunkPiece*>& order, const std::vector<PieceRange>& ranges,
+                                uint64_t stripes, const ReadOptions& options) {
+  std::vector<ChunkPiece> cut;
+  std::vector<size_t> source;  // each cut piece's index in `given`
+  std::vector<PieceRange> striped;
+  for (const PieceRange& r : ranges) {
+    const uint64_t blocks = r.b1 - r.b0;
+    // A range in flight already (a warm read's) is joined whole, not fetched again in stripes.
+    const bool running = range_flights_.Running(RangeKey(d, shard, r.chunk, static_cast<uint32_t>(r.b0),
+                                                         static_cast<uint32_t>(blocks)));
+    const uint64_t n = running ? 1 : std::clamp<uint64_t>(blocks / kMinStripeBlocks, 1, stripes);
+    const uint64_t per = (blocks + n - 1) / n;
+    for (uint64_t b = r.b0; b < r.b1; b += per) {
+      const uint64_t e = std::min(r.b1, b + per), lo = b * kChunkBlockBytes, hi = e * kChunkBlockBytes;
+      const size_t first = cut.size();
+      for (size_t i = r.first_piece; i < r.end_piece; ++i) {
+        const ChunkPiece& p = *order[i];
+        const uint64_t from = std::max(p.offset, lo), to = std::min(p.offset + p.length, hi);
+        if (from >= to) continue;
+        cut.push_back(ChunkPiece{p.chunk, from, to - from, p.dest + (from - p.offset)});
+        source.push_back(static_cast<size_t>(order[i] - given.data()));
+      }
+      striped.push_back(PieceRange{r.chunk, b, e, first, cut.size(), {}});
+    }
+  }
+  std::vector<const ChunkPiece*> cut_order;
+  cut_order.reserve(cut.size());
+  for (const ChunkPiece& p : cut) cut_order.push_back(&p);
+  std::vector<uint32_t> parts_left(given.size(), 0);
+  for (size_t k : source) ++parts_left[k];
+  ReadOptions o = options;
+  if (options.piece_done) {
+    o.piece_done = [&](size_t k) {
+      if (--parts_left[source[k]] == 0) options.piece_done(source[k]);
+    };
+  }
+  return FetchRanges(d, shard, cut.data(), cut_order, striped, o);
 }
 
 Status GrpcSource::FetchRanges(const DatasetPtr& d, uint32_t shard, const ChunkPiece* given,

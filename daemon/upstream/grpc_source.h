@@ -80,7 +80,13 @@
 // against the manifest's Merkle root and remembered (BlockTables); every block is checked
 // against the table before any byte of it is copied, and a block that fails is counted and
 // refetched like a chunk. A demand read that joins a queued prefetch range moves it to the
-// demand queue.
+// demand queue. A demand read that finds streams idle cuts its ranges into stripes of at
+// least kMinStripeBlocks blocks on as many streams (at most kStripes a range): one stream
+// carries a window per round trip (and a TCP connection idle for a while starts again from
+// its initial window), so a batch's bytes spread over idle streams come in fewer rounds
+// (traced on bench cold at 10 ms / 64 KiB windows: a cold epoch's first batch, 16 ranges of
+// 64 KiB sample + 4 KiB block table, took two window rounds per stream; first batch 45 ms,
+// 27 ms where one window held a range).
 //
 // Batched ranges (RunBatch): prefetch ranges queued one behind another ride on one stream
 // together (origin.proto more_ranges; up to kBatchBytes), so a global shuffle's warm reads, a
@@ -161,8 +167,12 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // one before is stuck as well, so one stall behind another costs a few look periods, not a
   // stall.
   static constexpr size_t kMaxHedges = 3;
-  // Block ranges a whole chunk's hedge is split into (RunStriped).
+  // Block ranges a whole chunk's hedge is split into (RunStriped), and a demand range at most
+  // (FetchStriped).
   static constexpr uint64_t kStripes = 8;
+  // Fewest blocks in a demand range's stripe: each stripe of a chunk whose block table is not
+  // known yet brings the table (4 KiB for 4 MiB), so stripes of 32 KiB cost at most an eighth.
+  static constexpr uint64_t kMinStripeBlocks = 2;
   // Prefetch block ranges queued together ride on one stream (RunBatch), up to this many bytes
   // and ranges: a global shuffle's warm reads are ranges of a sample each, and a call per
   // range cost more CPU than the link could carry on a small node.
@@ -310,7 +320,6 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // against the manifest, then remembered) or the one remembered; DataLoss naming the block.
   Status VerifyRange(const FetchTask& task, const v1::ChunkMessage& msg, const TaskProgress& p,
                      const Chunk& range, const std::string& where);
-  // Starts (or joins) the fetch of blocks [first_block, first_block + block_count) of a chunk.
   // Blocks [b0, b1) of `chunk`, holding pieces [first_piece, end_piece) of a read's sorted pieces.
   struct PieceRange {
     uint64_t chunk;
@@ -325,9 +334,19 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   Status FetchRanges(const DatasetPtr& d, uint32_t shard, const ChunkPiece* given,
                      const std::vector<const ChunkPiece*>& order, std::vector<PieceRange>& ranges,
                      const ReadOptions& options);
+  // Stripes per range for a demand read of `ranges` ranges: the idle demand streams shared
+  // out (at most kStripes; 1 when there are too few to go round twice).
+  uint64_t DemandStripes(size_t ranges);
+  // Fetches `ranges` (as FetchRanges) each cut into up to `stripes` ranges of at least
+  // kMinStripeBlocks blocks, the pieces spanning a cut cut with them; the caller's piece_done
+  // is told of a piece once all its parts are in.
+  Status FetchStriped(const DatasetPtr& d, uint32_t shard, std::span<const ChunkPiece> given,
+                      const std::vector<const ChunkPiece*>& order, const std::vector<PieceRange>& ranges,
+                      uint64_t stripes, const ReadOptions& options);
   // A striped hedge: the task's next open chunk as kStripes demand block ranges, assembled,
   // checked against the manifest hash and published (a failure is left to the original).
   void RunStriped(FetchTask& task);
+  // Starts (or joins) the fetch of blocks [first_block, first_block + block_count) of a chunk.
   Flights::Flight LaunchRange(const DatasetPtr& d, uint32_t shard, uint64_t chunk, uint32_t first_block,
                               uint32_t block_count, const ReadOptions& options,
                               std::vector<std::shared_ptr<FetchTask>>* mine);

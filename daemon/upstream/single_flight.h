@@ -124,6 +124,12 @@ class SingleFlight {
     return f;
   }
 
+  // Whether a flight for `key` runs now (a Join would follow it, unless it ends first).
+  bool Running(const Key& key) {
+    MutexLock lock(&mu_);
+    return calls_.count(key) > 0;
+  }
+
   // Marks the running flight for `key` wanted (Flight::MarkWanted); nothing when none runs.
   void MarkWanted(const Key& key) {
     MutexLock lock(&mu_);

@@ -62,13 +62,14 @@ class FlakySource final : public testing::ForwardingSource {
   testing::RandomDelay delay_{11, 2000};
 };
 
-// Holds every read of shard 0's chunk 0 until Open().
+// Holds every read of shard 0 that starts at chunk `gated` until Open(); counts all reads.
 class GatedSource final : public testing::ForwardingSource {
  public:
-  using ForwardingSource::ForwardingSource;
+  GatedSource(ChunkSource& inner, uint64_t gated) : ForwardingSource(inner), gated_(gated) {}
   Status ReadChunks(const DatasetPtr& d, uint32_t shard, uint64_t first, uint64_t count,
                     const ReadOptions& o, const ChunkSink& sink) override {
-    if (shard == 0 && first == 0) {
+    reads_.fetch_add(1);
+    if (shard == 0 && first == gated_) {
       std::unique_lock<std::mutex> l(mu_);
       ++waiting_;
       cv_.wait(l, [&] { return open_; });
@@ -86,8 +87,11 @@ class GatedSource final : public testing::ForwardingSource {
     std::lock_guard<std::mutex> l(mu_);
     return waiting_;
   }
+  int reads() const { return reads_.load(); }
 
  private:
+  const uint64_t gated_;
+  std::atomic<int> reads_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = false;
@@ -107,9 +111,11 @@ uint64_t ReadToEnd(LoaderPipeline& pipeline, serve::Arena& arena, uint64_t loade
 }
 
 // 4 shards x 256 records of 1 KiB in 16 KiB chunks, and a plan in file order with batches of
-// 16: batch 0 is exactly shard 0's chunk 0.
+// 16: batch k < 64 is exactly shard 0's chunk k. Reads of chunk `gated_chunk` wait at the gate:
+// by default batch 1's, since a loader's first batch goes alone (nothing starts behind it
+// until it is assembled).
 struct GatedFixture {
-  GatedFixture() {
+  explicit GatedFixture(uint64_t gated_chunk = 1) {
     root = tmp.path() + "/data";
     REQUIRE(MakeDirs(root).ok());
     auto ds = testing::MakeRecordsDataset(root, "rec", 4, 256, 1024, 16 * 1024);
@@ -118,7 +124,7 @@ struct GatedFixture {
     auto f = upstream::FileSource::Open(root);
     REQUIRE(f.ok());
     files = std::move(*f);
-    gated = std::make_unique<GatedSource>(*files);
+    gated = std::make_unique<GatedSource>(*files, gated_chunk);
     locator = std::make_shared<serve::SampleLocator>(*gated, dataset);
     plan::PlanOptions po;
     po.mode = plan::ShuffleMode::kNone;
@@ -153,7 +159,7 @@ TEST_CASE("a slow batch does not let the batches behind it take more than prefet
   serve::BatchAssembler assembler(*f.gated, ao);
   LoaderPipeline pipeline(3, **arena, assembler, f.locator, *f.slice, f.options);
 
-  // Batch 0 waits at the gate; batches 1.. finish behind it and wait for it in order.
+  // Batch 1 waits at the gate; batches 2.. finish behind it and wait for it in order.
   REQUIRE(testing::Eventually([&] { return f.gated->waiting() > 0; }));
   uint32_t most_taken = 0;
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
@@ -174,6 +180,28 @@ TEST_CASE("a slow batch does not let the batches behind it take more than prefet
     REQUIRE((*arena)->Release(d->slot, 3).ok());
   }
   CHECK(next_sample == 1024);
+}
+
+TEST_CASE("a loader's first batch goes alone: no other batch and no warm read starts before it is assembled",
+          "[serve][pipeline]") {
+  // On a cold start the first batch's reads would share the link with the next batches' and the
+  // warm reads'; the trainer waits for this one batch.
+  GatedFixture f(/*gated_chunk=*/0);
+  auto arena = serve::Arena::Create(2 << 20, 16);
+  REQUIRE(arena.ok());
+  serve::BatchAssemblerOptions ao;
+  ao.read_threads = 4;
+  serve::BatchAssembler assembler(*f.gated, ao);
+  f.options.lookahead_bytes = 8 * 16 * 1024;
+  LoaderPipeline pipeline(4, **arena, assembler, f.locator, *f.slice, f.options);
+  REQUIRE(testing::Eventually([&] { return f.gated->waiting() > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(f.gated->reads() == f.gated->waiting());  // batch 0's read only
+  CHECK(16 - (*arena)->FreeSlots() == 1);
+  f.gated->Open();
+  // Then the others start: batches behind it and warm reads of the chunks past them.
+  CHECK(testing::Eventually([&] { return f.gated->reads() >= 2 + static_cast<int>(f.options.prefetch_batches); }));
+  CHECK(ReadToEnd(pipeline, **arena, 4, 0) == 1024);
 }
 
 // A cache tier stand-in: remembers every chunk read through it and holds it from then on.
@@ -206,10 +234,10 @@ class HoldingSource final : public testing::ForwardingSource {
 
 TEST_CASE("warm reads run ahead of a stuck chunk when the tiers can keep the dataset, and stop at the lookahead when not",
           "[serve][pipeline]") {
-  // Batch 0 (shard 0's chunk 0) is stuck at the gate, so assembly cannot pass it. The lookahead
+  // Batch 1 (shard 0's chunk 1) is stuck at the gate, so assembly cannot pass it. The lookahead
   // is two 16 KiB chunks. Counting every warmed chunk until assembly passes it, warm reads stop
   // two chunks ahead; counting only chunks not yet held by a tier, they go on through the
-  // dataset (64 chunks) while chunk 0 is stuck.
+  // dataset (64 chunks) while chunk 1 is stuck.
   const bool in_flight_only = GENERATE(false, true);
   GatedFixture f;
   HoldingSource holding(*f.gated);
@@ -227,7 +255,7 @@ TEST_CASE("warm reads run ahead of a stuck chunk when the tiers can keep the dat
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     INFO("held " << holding.held());
-    // Batches 1.. of the prefetch window (assembly) and the two chunks warmed past them.
+    // Batch 0, batches 2.. of the prefetch window (assembly) and the two chunks warmed past them.
     CHECK(holding.held() <= f.options.prefetch_batches + 2);
   }
   f.gated->Open();
@@ -262,10 +290,10 @@ class RangeFetchingSource final : public testing::ForwardingSource {
 
 TEST_CASE("the first batches read only their samples' blocks while their chunks arrive whole behind them",
           "[serve][pipeline]") {
-  // Whole-chunk reads of batch 0's chunk (shard 0, chunk 0) are stuck at the gate. The first two
-  // batches read pieces-only, so batch 0 is delivered anyway; the warm reads still ask for its
-  // chunk whole (the gate sees them), and batches from 2 on read whole chunks.
-  GatedFixture f;
+  // Whole-chunk reads of batch 2's chunk (shard 0, chunk 2) are stuck at the gate. The first two
+  // batches read pieces-only, so they are delivered while batch 2's whole chunk waits; batches
+  // from 2 on read whole chunks.
+  GatedFixture f(/*gated_chunk=*/2);
   RangeFetchingSource ranges(*f.gated, *f.files);
   auto arena = serve::Arena::Create(2 << 20, 16);
   REQUIRE(arena.ok());
@@ -274,19 +302,18 @@ TEST_CASE("the first batches read only their samples' blocks while their chunks 
   serve::BatchAssembler assembler(ranges, ao);
   f.options.lookahead_bytes = 4 * 16 * 1024;
   f.options.blocks_first_batches = 2;
-  // Two batches in flight: until batch 0 is released assembly stays before sample 32, so the
-  // warm read of chunks 0-3 (needed up to sample 63) is never dropped as passed, however late
-  // a loaded machine runs it.
   f.options.prefetch_batches = 2;
   LoaderPipeline pipeline(6, **arena, assembler, f.locator, *f.slice, f.options);
-  auto first = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
-  REQUIRE(first.ok());
-  REQUIRE_FALSE(first->end_of_epoch);
-  CHECK(first->batch.sample_ids.front() == 0);
-  CHECK(testing::Eventually([&] { return f.gated->waiting() > 0; }));  // chunk 0 warmed whole
-  REQUIRE((*arena)->Release(first->slot, 6).ok());
+  for (uint64_t batch = 0; batch < 2; ++batch) {
+    auto d = pipeline.Next(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+    REQUIRE(d.ok());
+    REQUIRE_FALSE(d->end_of_epoch);
+    CHECK(d->batch.sample_ids.front() == 16 * batch);
+    REQUIRE((*arena)->Release(d->slot, 6).ok());
+  }
+  CHECK(testing::Eventually([&] { return f.gated->waiting() > 0; }));  // chunk 2 read whole
   f.gated->Open();
-  CHECK(ReadToEnd(pipeline, **arena, 6, 16) == 1024);
+  CHECK(ReadToEnd(pipeline, **arena, 6, 32) == 1024);
   using Chunks = std::set<std::pair<uint32_t, uint64_t>>;
   CHECK(ranges.ranged() == Chunks{{0, 0}, {0, 1}});  // batches 0 and 1 only
 }
@@ -395,13 +422,13 @@ TEST_CASE("a loader whose client's other loaders hold every slot waits for one i
   CHECK(d->batch.sample_ids.front() == 0);
 }
 
-TEST_CASE("a loader stopped while its first batch is late publishes none of the batches done behind it",
+TEST_CASE("a loader stopped while a batch is late publishes none of the batches done behind it",
           "[serve][pipeline]") {
-  // The daemon stopping (or the client gone) cancels the loader while batch 0 still reads and
-  // batches 1.. wait, done, behind it. Batch 0 is then dropped; were the ones behind it still
-  // published, the client (which reads its ring without asking the daemon) would take batch 1
-  // as its first, and resuming on a successor after "one batch taken" would repeat batch 1 and
-  // skip batch 0.
+  // The daemon stopping (or the client gone) cancels the loader while batch 1 still reads and
+  // batches 2.. wait, done, behind it. Batch 1 is then dropped; were the ones behind it still
+  // published, the client (which reads its ring without asking the daemon) would take batch 2
+  // as its second, and resuming on a successor after "two batches taken" would repeat batch 2
+  // and skip batch 1.
   GatedFixture f;
   auto arena = serve::Arena::Create(2 << 20, 16);
   REQUIRE(arena.ok());
@@ -417,14 +444,14 @@ TEST_CASE("a loader stopped while its first batch is late publishes none of the 
   auto pipeline =
       std::make_unique<LoaderPipeline>(3, **arena, assembler, f.locator, *f.slice, f.options, std::move(*ring));
   REQUIRE(testing::Eventually([&] { return f.gated->waiting() > 0; }));
-  // The batches behind batch 0 take their slots and finish.
+  // Batch 0 is published; the batches behind batch 1 take their slots and finish.
   REQUIRE(testing::Eventually([&] { return 16 - (*arena)->FreeSlots() >= f.options.prefetch_batches; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  CHECK(header.published.load() == 0);
+  CHECK(header.published.load() == 1);
   pipeline->Cancel();
   f.gated->Open();
-  pipeline.reset();  // waits for batch 0's reads to end
-  CHECK(header.published.load() == 0);
+  pipeline.reset();  // waits for batch 1's reads to end
+  CHECK(header.published.load() == 1);
   munmap(map, ring_bytes);
 }
 

@@ -11,6 +11,7 @@
 #include "common/hash.h"
 #include "daemon/cache/cached_source.h"
 #include "shardcache/origin.grpc.pb.h"
+#include "testing/eventually.h"
 #include "upstream/origin_fixture.h"
 
 using namespace shardcache;
@@ -233,6 +234,50 @@ TEST_CASE("pieces fetch only the 16 KiB blocks that cover them, byte-exact", "[o
     Status st = client->ReadPieces(*d, 0, bad.Bind(), Within(std::chrono::seconds(5)));
     CHECK(st.code() == StatusCode::kInvalidArgument);
     CHECK(client->stats().streams == s.streams);
+  }
+}
+
+TEST_CASE("a batch's ranges are cut into stripes over idle streams, byte-exact; a range in flight is joined whole",
+          "[origin][blocks]") {
+  OriginFixture o({}, /*faulty=*/true);
+  auto client = o.Client();
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+
+  SECTION("idle streams: each 4-block range goes as two stripes of 2 blocks") {
+    Reads r;
+    r.Add(0, 100, kChunk - 200);  // blocks 0-3 of chunk 0: one range ...
+    r.Add(1, 0, kChunk);          // ... and all of chunk 1 as a piece: another
+    std::vector<int> told(2, 0);
+    ReadOptions ro = Within(std::chrono::seconds(20));
+    ro.piece_done = [&](size_t i) { ++told.at(i); };
+    REQUIRE(client->ReadPieces(*d, 0, r.Bind(), ro).ok());
+    r.CheckAgainst(o.ShardPath(0));
+    CHECK(told == std::vector<int>{1, 1});  // each piece once, when both its parts are in
+    const auto s = client->stats();
+    CHECK(s.block_ranges == 4);
+    // 8 blocks, and each chunk's 4-entry table once or, when both stripes asked before either
+    // brought it, twice.
+    CHECK(s.payload_bytes >= 8 * kBlock + 2 * 4 * kBlockHashBytes);
+    CHECK(s.payload_bytes <= 8 * kBlock + 4 * 4 * kBlockHashBytes);
+  }
+  SECTION("a range a prefetch is fetching already is joined whole, not fetched again in stripes") {
+    o.faults->delay_ms = 300;
+    Reads warm;
+    warm.Add(1, 0, kChunk);
+    ReadOptions po = Within(std::chrono::seconds(20));
+    po.priority = FetchPriority::kPrefetch;
+    Status warmed;
+    std::thread prefetch([&] { warmed = client->ReadPieces(*d, 0, warm.Bind(), po); });
+    REQUIRE(Eventually([&] { return o.faults->read_calls.load() > 0; }));
+    Reads r;
+    r.Add(1, 0, kChunk);
+    REQUIRE(client->ReadPieces(*d, 0, r.Bind(), Within(std::chrono::seconds(20))).ok());
+    prefetch.join();
+    REQUIRE(warmed.ok());
+    r.CheckAgainst(o.ShardPath(0));
+    warm.CheckAgainst(o.ShardPath(0));
+    CHECK(client->stats().block_ranges == 1);
   }
 }
 
