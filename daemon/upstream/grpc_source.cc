@@ -42,6 +42,8 @@ constexpr Family kRangeHedges{"shardcache_upstream_range_hedges_total",
                               "Of the hedges, those of block ranges (the others re-issue whole chunks)"};
 constexpr Family kStalledConnections{"shardcache_upstream_stalled_connections_total",
                                      "Connections closed after a stream on them was found stuck (not given to the next fetch)"};
+constexpr Family kStripedRanges{"shardcache_upstream_striped_ranges_total",
+                                 "Block ranges of a batch's read cut into stripes over idle streams"};
 constexpr Family kChecksumFailures{"shardcache_upstream_checksum_failures_total",
                                    "Fetched chunks that failed decoding or hash verification (refetched)"};
 
@@ -832,6 +834,7 @@ Status GrpcSource::FetchStriped(const DatasetPtr& d, uint32_t shard, std::span<c
     const bool running = range_flights_.Running(RangeKey(d, shard, r.chunk, static_cast<uint32_t>(r.b0),
                                                          static_cast<uint32_t>(blocks)));
     const uint64_t n = running ? 1 : std::clamp<uint64_t>(blocks / kMinStripeBlocks, 1, stripes);
+    if (n > 1) striped_ranges_.fetch_add(1);
     const uint64_t per = (blocks + n - 1) / n;
     for (uint64_t b = r.b0; b < r.b1; b += per) {
       const uint64_t e = std::min(r.b1, b + per), lo = b * kChunkBlockBytes, hi = e * kChunkBlockBytes;
@@ -1663,6 +1666,7 @@ void GrpcSource::VisitStats(const stats::Visitor& visit) const {
   stats::Counter(visit, kHedges, hedges_.load());
   stats::Counter(visit, kRangeHedges, range_hedges_.load());
   stats::Counter(visit, kStalledConnections, stalled_connections_.load());
+  stats::Counter(visit, kStripedRanges, striped_ranges_.load());
 }
 
 GrpcSource::Stats GrpcSource::stats() const {
@@ -1677,6 +1681,7 @@ GrpcSource::Stats GrpcSource::stats() const {
   s.hedges = hedges_.load();
   s.range_hedges = range_hedges_.load();
   s.stalled_connections = stalled_connections_.load();
+  s.striped_ranges = striped_ranges_.load();
   s.stream_limit = controller_.limit();
   s.goodput_bytes_per_s = controller_.goodput();
   s.in_flight_bytes = in_flight_bytes_.load();

@@ -228,6 +228,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
     uint64_t hedges = 0;             // stuck demand fetches re-issued on another stream
     uint64_t range_hedges = 0;       // of them, block ranges
     uint64_t stalled_connections = 0;  // closed after a stream on them was found stuck
+    uint64_t striped_ranges = 0;     // block ranges of a demand read cut into stripes
     int stream_limit = 0;            // current adaptive limit
     double goodput_bytes_per_s = 0;  // last measured
     int workers = 0;                 // worker threads alive
@@ -420,7 +421,8 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   SingleFlight<std::string, Result<DatasetPtr>> manifest_flights_;  // per dataset name
 
   std::atomic<uint64_t> wire_bytes_{0}, payload_bytes_{0}, chunks_{0}, block_ranges_{0}, streams_{0}, retries_{0},
-      checksum_failures_{0}, hedges_{0}, range_hedges_{0}, stalled_connections_{0}, block_tables_{0};
+      checksum_failures_{0}, hedges_{0}, range_hedges_{0}, stalled_connections_{0}, striped_ranges_{0},
+      block_tables_{0};
   metrics::SourceHandle stats_source_;  // reset first thing in the destructor
 };
 

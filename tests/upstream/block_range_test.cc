@@ -256,6 +256,7 @@ TEST_CASE("a batch's ranges are cut into stripes over idle streams, byte-exact; 
     CHECK(told == std::vector<int>{1, 1});  // each piece once, when both its parts are in
     const auto s = client->stats();
     CHECK(s.block_ranges == 4);
+    CHECK(s.striped_ranges == 2);
     // 8 blocks, and each chunk's 4-entry table once or, when both stripes asked before either
     // brought it, twice.
     CHECK(s.payload_bytes >= 8 * kBlock + 2 * 4 * kBlockHashBytes);
@@ -278,6 +279,7 @@ TEST_CASE("a batch's ranges are cut into stripes over idle streams, byte-exact; 
     r.CheckAgainst(o.ShardPath(0));
     warm.CheckAgainst(o.ShardPath(0));
     CHECK(client->stats().block_ranges == 1);
+    CHECK(client->stats().striped_ranges == 0);
   }
 }
 
