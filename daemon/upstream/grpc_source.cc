@@ -823,19 +823,30 @@ uint64_t GrpcSource::DemandStripes(size_t ranges) {
 }
 
 Status GrpcSource::FetchStriped(const DatasetPtr& d, uint32_t shard, std::span<const ChunkPiece> given,
-                                const std::vector<const ChunkPiece*>& order, const std::vector<PieceRange>& ranges,
+                                const std::vector<const ChunkPiece*>& order, std::vector<PieceRange>& ranges,
                                 uint64_t stripes, const ReadOptions& options) {
+  // Stripes per range. A range in flight already (a warm read's) is joined whole, not fetched
+  // again in stripes.
+  std::vector<uint64_t> cuts;
+  cuts.reserve(ranges.size());
+  for (const PieceRange& r : ranges) {
+    const uint64_t blocks = r.b1 - r.b0;
+    const bool running = range_flights_.Running(RangeKey(d, shard, r.chunk, static_cast<uint32_t>(r.b0),
+                                                         static_cast<uint32_t>(blocks)));
+    cuts.push_back(running ? 1 : std::clamp<uint64_t>(blocks / kMinStripeBlocks, 1, stripes));
+  }
+  // Nothing to cut (samples of under 4 blocks): the ranges as they are, without the copies.
+  if (std::all_of(cuts.begin(), cuts.end(), [](uint64_t n) { return n == 1; })) {
+    return FetchRanges(d, shard, given.data(), order, ranges, options);
+  }
   std::vector<ChunkPiece> cut;
   std::vector<size_t> source;  // each cut piece's index in `given`
   std::vector<PieceRange> striped;
-  for (const PieceRange& r : ranges) {
-    const uint64_t blocks = r.b1 - r.b0;
-    // A range in flight already (a warm read's) is joined whole, not fetched again in stripes.
-    const bool running = range_flights_.Running(RangeKey(d, shard, r.chunk, static_cast<uint32_t>(r.b0),
-                                                         static_cast<uint32_t>(blocks)));
-    const uint64_t n = running ? 1 : std::clamp<uint64_t>(blocks / kMinStripeBlocks, 1, stripes);
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    const PieceRange& r = ranges[k];
+    const uint64_t n = cuts[k];
     if (n > 1) striped_ranges_.fetch_add(1);
-    const uint64_t per = (blocks + n - 1) / n;
+    const uint64_t per = (r.b1 - r.b0 + n - 1) / n;
     for (uint64_t b = r.b0; b < r.b1; b += per) {
       const uint64_t e = std::min(r.b1, b + per), lo = b * kChunkBlockBytes, hi = e * kChunkBlockBytes;
       const size_t first = cut.size();

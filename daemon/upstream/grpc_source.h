@@ -342,7 +342,7 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   // kMinStripeBlocks blocks, the pieces spanning a cut cut with them; the caller's piece_done
   // is told of a piece once all its parts are in.
   Status FetchStriped(const DatasetPtr& d, uint32_t shard, std::span<const ChunkPiece> given,
-                      const std::vector<const ChunkPiece*>& order, const std::vector<PieceRange>& ranges,
+                      const std::vector<const ChunkPiece*>& order, std::vector<PieceRange>& ranges,
                       uint64_t stripes, const ReadOptions& options);
   // A striped hedge: the task's next open chunk as kStripes demand block ranges, assembled,
   // checked against the manifest hash and published (a failure is left to the original).
