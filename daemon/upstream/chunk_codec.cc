@@ -3,6 +3,7 @@
 #include <zstd.h>
 
 #include <cstring>
+#include <memory>
 
 namespace shardcache::upstream {
 
@@ -68,9 +69,27 @@ bool ChunkEncoder::Compresses(const uint8_t* data, size_t size, char* out, size_
   return !ZSTD_isError(*n) && *n < limit;
 }
 
+namespace {
+
+struct FreeDCtx {
+  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
+};
+
+// This thread's decompression context; nullptr when there is no memory for one.
+ZSTD_DCtx* ThreadDCtx() {
+  thread_local std::unique_ptr<ZSTD_DCtx, FreeDCtx> dctx;
+  if (dctx == nullptr) {
+    dctx.reset(ZSTD_createDCtx());
+    if (dctx != nullptr) ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, ChunkDecoder::kWindowLogMax);
+  }
+  return dctx.get();
+}
+
+}  // namespace
+
 ChunkDecoder::ChunkDecoder() = default;
 
-ChunkDecoder::~ChunkDecoder() { ZSTD_freeDCtx(static_cast<ZSTD_DCtx*>(dctx_)); }
+ChunkDecoder::~ChunkDecoder() = default;
 
 Status ChunkDecoder::Decode(const v1::ChunkMessage& msg, uint64_t expected_bytes,
                             const std::string& where, AlignedBuffer* out) {
@@ -106,12 +125,8 @@ Status ChunkDecoder::Decode(v1::Codec codec, const std::string& payload, uint64_
       }
       // One byte of slack: a frame that would write more than expected fills it and is caught.
       AlignedBuffer buf(expected_bytes + 1);
-      if (dctx_ == nullptr) {  // made on first use: most decoders (one per fetch) see only RAW
-        dctx_ = ZSTD_createDCtx();
-        if (dctx_ == nullptr) return ResourceExhausted(where + ": no memory for a zstd decoder");
-        ZSTD_DCtx_setParameter(static_cast<ZSTD_DCtx*>(dctx_), ZSTD_d_windowLogMax, kWindowLogMax);
-      }
-      auto* dctx = static_cast<ZSTD_DCtx*>(dctx_);
+      ZSTD_DCtx* dctx = ThreadDCtx();
+      if (dctx == nullptr) return ResourceExhausted(where + ": no memory for a zstd decoder");
       ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
       ZSTD_inBuffer in{payload.data(), payload.size(), 0};
       ZSTD_outBuffer o{buf.data(), expected_bytes + 1, 0};
