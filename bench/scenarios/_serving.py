@@ -193,13 +193,18 @@ class Daemon:
         return self.metrics().get(name, default)
 
     def cpu_seconds(self):
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        tick = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        return cpu_seconds(self.proc.pid)
 
     def drop_page_cache_of(self, path):
         drop_page_cache(path)
+
+
+def cpu_seconds(pid):
+    """CPU time (user + system, seconds) a running process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick  # utime + stime
 
 
 def drop_page_cache(path):

@@ -14,11 +14,14 @@ time (-j), the best counting (aria2c_mbit, aria2c_best).
 goodput = dataset bytes delivered to the client ÷ wall time of the client process.
 link_mbit = the wanem rate; effective_over_link_<kind> = goodput ÷ link (it can exceed 1 for
 compressible data, since the link carries compressed bytes). wire_bytes and compression_ratio
-come from the node's shardcache_upstream_{wire,payload}_bytes_total counters.
+come from the node's shardcache_upstream_{wire,payload}_bytes_total counters. cpu_busy_<kind>
+= CPU seconds of node, origin, wanem and client over the epoch ÷ (wall × cores): near 1, the
+machine's cores, not the link or the fetcher, set the pace (all four share them).
 
 Exit status: 0 measured, 1 could not measure, 2 wanem.py absent."""
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -121,6 +124,9 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
                     cache_size=2 * dataset_bytes + 512 * S.MiB, memory_size=256 * S.MiB,
                     segment_size=256 * S.MiB, prefetch=256 * S.MiB, arena=512 * S.MiB, slots=16)
     m0 = node.metrics()
+    procs = {"node": node.proc, "origin": origin.proc, "wanem": wanem}
+    cpu0 = {k: S.cpu_seconds(p.pid) for k, p in procs.items()}
+    client0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = threading.Event()
     trace = []  # (seconds, stream limit, streams running, verified payload bytes)
@@ -128,6 +134,9 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
     sampler.start()
     epochs = b.trainer_epochs(sock, dataset, batch_size=16, shuffle=shuffle, seed=7)
     wall = time.perf_counter() - t0
+    cpu = {k: S.cpu_seconds(p.pid) - cpu0[k] for k, p in procs.items()}
+    client1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the client, waited for
+    cpu["client"] = client1.ru_utime + client1.ru_stime - client0.ru_utime - client0.ru_stime
     done.set()
     sampler.join()
     print_trace(kind, trace)
@@ -147,6 +156,9 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
     hedges = delta("shardcache_upstream_hedges_total")
     for p in (node.proc, wanem, origin.proc):
         stop(b, p)
+    busy = sum(cpu.values()) / (wall * (os.cpu_count() or 1))
+    print(f"  {kind} CPU over the epoch: " + ", ".join(f"{k} {v:.1f} s" for k, v in cpu.items()) +
+          f" = {busy:.2f} of {os.cpu_count()} cores busy")
     if wire <= 0:
         raise S.CannotMeasure(f"{kind}: node counted no upstream wire bytes (cache not cold?)")
     goodput = e["bytes"] * 8 / wall / 1e6
@@ -159,7 +171,7 @@ def cold_epoch(b, kind, dataset, dataset_bytes, samples, link, shuffle):
     return {"goodput_mbit": goodput, "wire_bytes": int(wire), "compression_ratio": ratio,
             "effective_over_link": goodput / link["rate_mbit"], "wall_s": wall,
             "first_next_ms": e.get("first_next_us", 0) / 1e3, "hedges": int(hedges),
-            "stream_limit": m1.get("shardcache_upstream_stream_limit", 0)}
+            "stream_limit": m1.get("shardcache_upstream_stream_limit", 0), "cpu_busy": busy}
 
 
 def sample_fetcher(node, t0, done, trace):
@@ -288,6 +300,8 @@ def body(quick, argv):
         "first_next_ms": round(inc["first_next_ms"], 1),
         "first_next_ms_tokens": round(tok["first_next_ms"], 1),
         "stream_limit": inc["stream_limit"],
+        "cpu_busy_incompressible": round(inc["cpu_busy"], 3),
+        "cpu_busy_tokens": round(tok["cpu_busy"], 3),
         "dataset_bytes": dataset_bytes,
         "rtt_ms": link["rtt_ms"],
         "window_kib": link["window_kib"],
