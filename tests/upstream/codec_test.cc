@@ -4,6 +4,9 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -188,4 +191,51 @@ TEST_CASE("a decompression bomb is rejected without inflating it", "[codec]") {
     CHECK_THAT(s.message(), Catch::Contains("rejected"));
   }
   ZSTD_freeCCtx(cctx);
+}
+
+TEST_CASE("decoders share their thread's zstd context: a rejected frame leaves nothing behind, every thread keeps "
+          "the window cap",
+          "[codec]") {
+  const std::string data = TextLike(65536);
+  ChunkEncoder enc;
+  v1::ChunkMessage good;
+  enc.Encode(U8(data), data.size(), true, &good);
+  REQUIRE(good.codec() == v1::ZSTD);
+  // The same frame cut short, then claiming a window past the cap (see the bomb test).
+  v1::ChunkMessage truncated = good;
+  truncated.set_payload(good.payload().substr(0, good.payload().size() / 2));
+  v1::ChunkMessage wide = good;
+  {
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0);
+    std::string frame(ZSTD_compressBound(data.size()), '\0');
+    const size_t n = ZSTD_compress2(cctx, frame.data(), frame.size(), data.data(), data.size());
+    ZSTD_freeCCtx(cctx);
+    REQUIRE(!ZSTD_isError(n));
+    frame.resize(n);
+    REQUIRE((static_cast<uint8_t>(frame[4]) & 0x20) == 0);
+    frame[5] = static_cast<char>(20 << 3);
+    wide.set_payload(frame);
+  }
+  auto decode_all = [&](int rounds) {
+    int exact = 0, refused = 0;
+    for (int i = 0; i < rounds; ++i) {
+      AlignedBuffer out;
+      // A decoder per message, as a fetch makes one per task.
+      if (ChunkDecoder().Decode(truncated, data.size(), "cut", &out).code() == StatusCode::kDataLoss) ++refused;
+      if (ChunkDecoder().Decode(wide, data.size(), "wide", &out).code() == StatusCode::kDataLoss) ++refused;
+      ChunkDecoder dec;
+      if (dec.Decode(good, data.size(), "good", &out).ok() && out.size() == data.size() &&
+          std::memcmp(out.data(), data.data(), data.size()) == 0) {
+        ++exact;
+      }
+    }
+    return std::pair<int, int>{exact, refused};
+  };
+  CHECK(decode_all(20) == std::pair<int, int>{20, 40});
+  std::vector<std::pair<int, int>> got(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t) threads.emplace_back([&, t] { got[t] = decode_all(20); });
+  for (auto& th : threads) th.join();
+  for (const auto& g : got) CHECK(g == std::pair<int, int>{20, 40});
 }
