@@ -87,10 +87,6 @@ ZSTD_DCtx* ThreadDCtx() {
 
 }  // namespace
 
-ChunkDecoder::ChunkDecoder() = default;
-
-ChunkDecoder::~ChunkDecoder() = default;
-
 Status ChunkDecoder::Decode(const v1::ChunkMessage& msg, uint64_t expected_bytes,
                             const std::string& where, AlignedBuffer* out) {
   if (msg.raw_bytes() != expected_bytes) {

@@ -84,11 +84,6 @@ class ChunkDecoder {
   // Largest zstd window a frame may use: 2^27 = 128 MiB covers kMaxChunkBytes.
   static constexpr int kWindowLogMax = 27;
 
-  ChunkDecoder();
-  ~ChunkDecoder();
-  ChunkDecoder(const ChunkDecoder&) = delete;
-  ChunkDecoder& operator=(const ChunkDecoder&) = delete;
-
   // Decodes `msg` into `out` (allocated here, size expected_bytes). DataLoss, naming `where`,
   // when msg.raw_bytes != expected_bytes, the codec is unknown, the frame is malformed,
   // needs a larger window, or does not produce exactly expected_bytes.

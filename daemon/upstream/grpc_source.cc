@@ -1285,7 +1285,7 @@ size_t GrpcSource::StreamBatch(const std::vector<FetchTask*>& given, Connection&
   // table another stream brings go last: this stream's own tables all arrive before any of its
   // ranges waits, so two batches never wait for each other.
   std::vector<FetchTask*> tasks, waiting;
-  std::deque<TaskProgress> ps;  // in the order of `tasks` (a deque: not movable, its decoder)
+  std::deque<TaskProgress> ps;  // in the order of `tasks`
   for (FetchTask* t : given) {
     const ChunkKey key{VersionId(t->dataset->version), t->shard, t->first};
     BlockTablePtr table = tables_.Get(key);
