@@ -25,6 +25,7 @@
 
 #include "common/log.h"
 #include "common/malloc_tuning.h"
+#include "common/thread_name.h"
 #include "common/units.h"
 #include "common/version.h"
 #include "config/config.h"
@@ -45,6 +46,7 @@ constexpr auto kStopBound = std::chrono::seconds(25);
 // Ends the process if the stop has not finished by kStopBound.
 void ArmStopBound() {
   std::thread([] {
+    shardcache::NameThisThread("sc-stop-bound");
     std::this_thread::sleep_for(kStopBound);
     spdlog::critical("stopping took longer than {} s; exiting now (the cache recovers as after a crash)",
                      kStopBound.count());

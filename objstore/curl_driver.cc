@@ -1,4 +1,5 @@
 #include "objstore/curl_driver.h"
+#include "common/thread_name.h"
 
 #include <algorithm>
 #include <mutex>
@@ -22,7 +23,10 @@ Result<std::unique_ptr<CurlDriver>> CurlDriver::Start(uint32_t max_transfers) {
   curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, static_cast<long>(max_transfers));
   curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(max_transfers));
   std::unique_ptr<CurlDriver> d(new CurlDriver(multi, max_transfers));
-  d->thread_ = std::thread([p = d.get()] { p->Loop(); });
+  d->thread_ = std::thread([p = d.get()] {
+    NameThisThread("sc-objstore");
+    p->Loop();
+  });
   return d;
 }
 

@@ -9,6 +9,7 @@
 
 #include "common/host_port.h"
 #include "common/metrics.h"
+#include "common/thread_name.h"
 
 namespace shardcache::admin {
 namespace {
@@ -160,7 +161,10 @@ Status AdminServer::Start() {
     return Unavailable("listen.metrics: cannot bind " + options_.listen +
                        " (address in use, or not an address of this host)");
   }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  thread_ = std::thread([this] {
+    NameThisThread("sc-admin-http");
+    server_->listen_after_bind();
+  });
   // httplib's stop() is a no-op until the listen loop runs; wait for it so that a Stop()
   // right after Start() cannot leave the loop running forever.
   while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));

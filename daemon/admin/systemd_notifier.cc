@@ -1,4 +1,5 @@
 #include "daemon/admin/systemd_notifier.h"
+#include "common/thread_name.h"
 
 #include <spdlog/spdlog.h>
 
@@ -52,6 +53,7 @@ void SystemdNotifier::BeginStartupKeepAlive(std::chrono::milliseconds period) {
   Notify(extend);
   WatchdogPing();
   keeper_ = std::thread([this, period, extend] {
+    NameThisThread("sc-sd-notify");
     MutexLock lock(&mu_);
     while (!cv_.WaitFor(&mu_, period, [this]() REQUIRES(mu_) { return keeper_stop_; })) {
       Notify(extend);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/thread_name.h"
 #include "common/units.h"
 #include "daemon/cache/cache_dir.h"
 #include "daemon/cache/cache_metrics.h"
@@ -36,7 +37,10 @@ NvmeWriter::NvmeWriter(const CacheOptions& options, IndexDb* db, DiskHealth* hea
 NvmeWriter::~NvmeWriter() { Stop(); }
 
 void NvmeWriter::Start() {
-  thread_ = std::thread([this] { WriterLoop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("sc-nvme-write");
+    WriterLoop();
+  });
 }
 
 void NvmeWriter::Stop() {

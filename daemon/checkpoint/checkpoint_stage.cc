@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/thread_name.h"
 #include "daemon/checkpoint/object_name.h"
 
 namespace shardcache::checkpoint {
@@ -104,7 +105,10 @@ Result<std::unique_ptr<CheckpointStage>> CheckpointStage::Open(CheckpointStageOp
     s->UpdatePendingLocked();
   }
   if (resumed > 0) spdlog::info("checkpoints: {} to upload from before the restart", resumed);
-  s->uploader_ = std::thread([p = s.get()] { p->UploadLoop(); });
+  s->uploader_ = std::thread([p = s.get()] {
+    NameThisThread("sc-ckpt-upload");
+    p->UploadLoop();
+  });
   return s;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/thread_name.h"
 #include "daemon/serve/loader_factory.h"
 
 namespace shardcache::serve {
@@ -12,7 +13,10 @@ void AccessOrderReporter::Start() {
     MutexLock l(&mu_);
     stop_ = false;
   }
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("sc-order-report");
+    Loop();
+  });
 }
 
 void AccessOrderReporter::Stop() {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "common/thread_name.h"
 #include "daemon/serve/serve_metrics.h"
 
 namespace shardcache::serve {
@@ -200,7 +201,12 @@ void SampleLocator::FieldsBuilder::WriteTo(uint8_t* dest) const {
 BatchAssembler::BatchAssembler(ChunkSource& source, BatchAssemblerOptions options)
     : source_(source), options_(options) {
   const uint32_t n = std::max<uint32_t>(1, options_.read_threads);
-  for (uint32_t i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (uint32_t i = 0; i < n; ++i) {
+    workers_.emplace_back([this] {
+      NameThisThread("sc-assemble");
+      WorkerLoop();
+    });
+  }
 }
 
 BatchAssembler::~BatchAssembler() {

@@ -1,4 +1,5 @@
 #include "daemon/serve/loader_pipeline.h"
+#include "common/thread_name.h"
 
 #include <algorithm>
 #include <tuple>
@@ -42,7 +43,10 @@ LoaderPipeline::LoaderPipeline(uint64_t id, Arena& arena, BatchAssembler& assemb
   if (options_.warm_samples && options_.lookahead_in_flight_only) {
     sample_warmer_ = std::make_unique<SampleWarmer>(assembler_, *locator_, slice_, assembled_from_);
   }
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("sc-loader");
+    Run();
+  });
 }
 
 void LoaderPipeline::Cancel() {

@@ -13,9 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "common/malloc_tuning.h"
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "common/metrics.h"
+#include "common/thread_name.h"
 #include "daemon/serve/serve_metrics.h"
 #include "shardcache/local.pb.h"
 
@@ -82,8 +83,14 @@ Status LocalService::Start() {
     MutexLock l(&retire_mu_);
     reaper_stop_ = false;
   }
-  reaper_thread_ = std::thread([this] { ReaperLoop(); });
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  reaper_thread_ = std::thread([this] {
+    NameThisThread("sc-reaper");
+    ReaperLoop();
+  });
+  accept_thread_ = std::thread([this] {
+    NameThisThread("sc-accept");
+    AcceptLoop();
+  });
   reporter_.Start();  // no thread without an observer
   spdlog::info("local service listening on {} (arena {} bytes in {} slots per client)", path,
                options_.arena_bytes, options_.slot_count);

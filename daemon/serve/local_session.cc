@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "dataset/megatron_format.h"
 #include "shardcache/batch_ring.h"
 #include "shardcache/local.pb.h"
@@ -46,7 +47,12 @@ LocalSession::LocalSession(UniqueFd fd, const PeerCredentials& peer, const Local
       options_(options),
       services_(std::move(services)) {}
 
-void LocalSession::Start() { thread_ = std::thread([this] { Serve(); }); }
+void LocalSession::Start() {
+  thread_ = std::thread([this] {
+    NameThisThread("sc-session");
+    Serve();
+  });
+}
 
 void LocalSession::Join() {
   if (thread_.joinable()) thread_.join();

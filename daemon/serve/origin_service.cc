@@ -7,10 +7,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/malloc_tuning.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "common/metrics.h"
+#include "common/thread_name.h"
 
 namespace shardcache::serve {
 namespace {
@@ -139,6 +140,7 @@ void OriginService::Spawn(std::string client, std::function<void()> fn) {
     ++threads_;
   }
   std::thread([this, client = std::move(client), fn = std::move(fn)] {
+    NameThisThread("sc-origin-call");
     fn();
     bool idle = false;
     {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/metrics.h"
+#include "common/thread_name.h"
 #include "common/units.h"
 
 namespace shardcache::serve {
@@ -32,7 +33,12 @@ WarmJob::WarmJob(uint64_t id, ChunkSource& source, DatasetPtr dataset, WarmJobOp
   }
   live_workers_.store(static_cast<int>(workers));
   MutexLock l(&join_mu_);
-  for (size_t i = 0; i < workers; ++i) workers_.emplace_back([this] { Work(); });
+  for (size_t i = 0; i < workers; ++i) {
+    workers_.emplace_back([this] {
+      NameThisThread("sc-warm");
+      Work();
+    });
+  }
 }
 
 WarmJob::~WarmJob() {

@@ -12,6 +12,7 @@
 #include "common/host_port.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/thread_name.h"
 #include "daemon/upstream/chunk_codec.h"
 #include "daemon/upstream/upstream_uri.h"
 #include "shardcache/origin.grpc.pb.h"
@@ -260,8 +261,14 @@ Result<std::unique_ptr<GrpcSource>> GrpcSource::Create(GrpcSourceOptions options
     src->running_conn_.assign(n, nullptr);
     src->slot_used_.assign(n, Clock::time_point());
   }
-  src->prober_ = std::thread([s = src.get()] { s->ProbeLoop(); });
-  src->hedger_ = std::thread([s = src.get()] { s->HedgeLoop(); });
+  src->prober_ = std::thread([s = src.get()] {
+    NameThisThread("sc-up-probe");
+    s->ProbeLoop();
+  });
+  src->hedger_ = std::thread([s = src.get()] {
+    NameThisThread("sc-up-hedge");
+    s->HedgeLoop();
+  });
   src->m_.stream_limit->Set(src->controller_.limit());
   if (src->options_.report_metrics) src->stats_source_ = metrics::Registry::Global().AddSource(src.get());
   return src;
@@ -715,7 +722,10 @@ void GrpcSource::SpawnWorkers() {
   // Workers not running a task are idle or just started: each takes one queued task.
   while (workers_.size() < limit && workers_.size() - static_cast<size_t>(running_) < queued) {
     const uint64_t id = next_worker_id_++;
-    workers_.emplace(id, std::thread([this, id] { WorkerLoop(id); }));
+    workers_.emplace(id, std::thread([this, id] {
+                       NameThisThread("sc-up-fetch");
+                       WorkerLoop(id);
+                     }));
     m_.workers->Add(1);
   }
 }

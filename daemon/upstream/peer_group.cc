@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace shardcache::upstream {
 namespace {
@@ -73,7 +74,11 @@ Result<std::unique_ptr<PeerGroupSource>> PeerGroupSource::Create(PeerGroupOption
     SC_RETURN_IF_ERROR(members.status());
   }
   g->SetMembers(*members);
-  if (!g->options_.members.dns.empty()) g->refresher_ = std::thread([p = g.get()] { p->RefreshLoop(); });
+  if (!g->options_.members.dns.empty())
+    g->refresher_ = std::thread([p = g.get()] {
+      NameThisThread("sc-peer-dns");
+      p->RefreshLoop();
+    });
   g->stats_source_ = metrics::Registry::Global().AddSource(g.get());
   return g;
 }

@@ -1,11 +1,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <thread>
 
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/metrics.h"
 #include "common/stats.h"
+#include "common/thread_name.h"
 #include "common/units.h"
 #include "testing/temp_dir.h"
 
@@ -190,4 +192,17 @@ TEST_CASE("a stats source's family exists at zero from the moment it is added") 
   const std::string text = r.RenderPrometheus();
   CHECK(text.find("sc_test_reads_total{tier=\"dram\"} 0\n") != std::string::npos);
   CHECK(text.find("sc_test_used_bytes 0\n") != std::string::npos);
+}
+
+TEST_CASE("a thread names itself; a name past the kernel's 15 bytes is cut, not refused") {
+  std::string short_name, long_name;
+  std::thread([&] {
+    NameThisThread("sc-test");
+    short_name = ThisThreadName();
+    NameThisThread("sc-a-name-much-longer-than-fifteen");
+    long_name = ThisThreadName();
+  }).join();
+  CHECK(short_name == "sc-test");
+  CHECK(long_name == "sc-a-name-much-");
+  CHECK(long_name.size() == kMaxThreadNameBytes);
 }

@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -31,6 +33,18 @@ using namespace std::chrono_literals;
 std::string Log(const std::string& path) {
   auto t = ReadFileToString(path);
   return t.ok() ? *t : "";
+}
+
+// The names of process `pid`'s threads as top -H and ps -L show them.
+std::set<std::string> ThreadNames(pid_t pid) {
+  std::set<std::string> names;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& t : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream comm(t.path() / "comm");  // a /proc file: its size reads 0
+    std::string name;
+    if (std::getline(comm, name)) names.insert(name);
+  }
+  return names;
 }
 
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
@@ -172,6 +186,18 @@ TEST_CASE("a node daemon with a cache tier: status shows tiers, top shows hits, 
   REQUIRE(RunCommand(fetch, &out) == 0);
   REQUIRE(RunCommand(fetch, &out) == 0);
   INFO(out);
+
+  // Each of the daemon's own threads carries the name of its job (top -H, ps -L, perf).
+  {
+    const std::set<std::string> names = ThreadNames(node.pid());
+    std::string all;
+    for (const auto& n : names) all += n + " ";
+    INFO("threads: " << all);
+    for (const char* job : {"sc-up-fetch", "sc-up-hedge", "sc-up-probe", "sc-nvme-write", "sc-admin-http", "sc-accept",
+                            "sc-reaper"}) {
+      CHECK(names.count(job) == 1);
+    }
+  }
 
   // The tier gauges are computed when scraped: a /metrics that no /status preceded already
   // counts the cached bytes (they read 0 until someone asked for /status).
