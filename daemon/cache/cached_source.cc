@@ -330,6 +330,7 @@ Status CachedSource::ReadChunks(const DatasetPtr& dataset, uint32_t shard, uint6
 
 Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
                                 std::span<const ChunkPiece> pieces, const ReadOptions& options) {
+  if (options.keep_only && !options.whole_chunks) return KeepPieces(dataset, shard, pieces, options);
   const auto& manifest = dataset->manifest;
   const Hash128 vid = VersionId(dataset->version);
   const bool demand = options.priority == FetchPriority::kDemand;
@@ -366,32 +367,73 @@ Status CachedSource::ReadPieces(const DatasetPtr& dataset, uint32_t shard,
   }
   if (missing.empty()) return Status::Ok();
   if (!options.whole_chunks) {
-    // Only the blocks the pieces cover, verified by the upstream against the manifest; kept as
-    // runs (chunk_run.h), not as chunks.
-    // Each is kept as soon as it lands: a read that asks for it meanwhile finds it here instead
-    // of fetching it again (the flight it came on is over).
-    std::vector<bool> kept(missing.size(), false);
     // The caller's own piece_done hears of each by its index among `pieces` (found by its dest:
     // destinations do not overlap).
-    std::unordered_map<const uint8_t*, size_t> index_of;
+    std::vector<size_t> caller_index;
     if (options.piece_done) {
+      std::unordered_map<const uint8_t*, size_t> index_of;
       for (size_t i = 0; i < pieces.size(); ++i) index_of.emplace(pieces[i].dest, i);
+      for (const ChunkPiece& p : missing) caller_index.push_back(index_of.at(p.dest));
     }
-    ReadOptions o = options;
-    o.piece_done = [&](size_t i) {
-      KeepRuns(vid, shard, std::span<const ChunkPiece>(&missing[i], 1));
-      kept[i] = true;
-      if (options.piece_done) options.piece_done(index_of.at(missing[i].dest));
-    };
-    const Status st = upstream_->ReadPieces(dataset, shard, missing, o);
-    for (size_t i = 0; i < missing.size(); ++i) {
-      if (!kept[i] && st.ok()) KeepRuns(vid, shard, std::span<const ChunkPiece>(&missing[i], 1));
-      if (kept[i] || st.ok()) Account(Tier::kUpstream, missing[i].length);  // a miss each
-    }
-    return st;
+    return FetchRuns(dataset, shard, missing, caller_index, options);
   }
   // Whole chunks through ReadChunks: single-flight with every other reader, stored on arrival.
   return ChunkSource::ReadPieces(dataset, shard, missing, options);
+}
+
+Status CachedSource::KeepPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces,
+                                const ReadOptions& options) {
+  const Hash128 vid = VersionId(dataset->version);
+  std::vector<ChunkPiece> missing;
+  std::vector<size_t> caller_index;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ChunkPiece& p = pieces[i];
+    SC_RETURN_IF_ERROR(CheckChunkRange(dataset, shard, p.chunk, 1));
+    SC_RETURN_IF_ERROR(CheckPiece(dataset, shard, p, dataset::ChunkLength(dataset->manifest, shard, p.chunk)));
+    if (p.dest != nullptr) return InvalidArgument("a keep_only read of pieces takes no destinations");
+    const ChunkKey key{vid, shard, p.chunk};
+    if (p.length == 0 || Held(key) || Held(RunKey(RunId{key, p.offset, p.length}))) continue;
+    missing.push_back(p);
+    caller_index.push_back(i);
+  }
+  return FetchRuns(dataset, shard, missing, caller_index, options);
+}
+
+Status CachedSource::FetchRuns(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> missing,
+                               std::span<const size_t> caller_index, const ReadOptions& options) {
+  if (missing.empty()) return Status::Ok();
+  // Only the blocks the pieces cover, verified by the upstream against the manifest, landing
+  // straight in the runs (chunk_run.h) the tiers keep; each is kept as soon as it lands: a read
+  // that asks for it meanwhile finds it here instead of fetching it again (the flight it came on
+  // is over). A caller that wants the bytes gets a copy of its run.
+  const Hash128 vid = VersionId(dataset->version);
+  std::vector<RunId> ids;
+  std::vector<std::shared_ptr<Chunk>> runs;
+  std::vector<ChunkPiece> landing;
+  for (const ChunkPiece& p : missing) {
+    ids.push_back(RunId{ChunkKey{vid, shard, p.chunk}, p.offset, p.length});
+    runs.push_back(NewRun(ids.back()));
+    landing.push_back(ChunkPiece{p.chunk, p.offset, p.length, runs.back()->bytes.data()});
+  }
+  std::vector<bool> kept(missing.size(), false);
+  const auto keep = [&](size_t i) {
+    SealRun(ids[i], *runs[i]);
+    if (missing[i].dest != nullptr) std::memcpy(missing[i].dest, runs[i]->bytes.data(), missing[i].length);
+    KeepRun(RunKey(ids[i]), runs[i]);
+    kept[i] = true;
+  };
+  ReadOptions o = options;
+  o.keep_only = false;
+  o.piece_done = [&](size_t i) {
+    keep(i);
+    if (options.piece_done) options.piece_done(caller_index[i]);
+  };
+  const Status st = upstream_->ReadPieces(dataset, shard, landing, o);
+  for (size_t i = 0; i < missing.size(); ++i) {
+    if (!kept[i] && st.ok()) keep(i);
+    if (kept[i]) Account(Tier::kUpstream, missing[i].length);  // a miss each
+  }
+  return st;
 }
 
 void CachedSource::ReadRunsFromDisk(const Hash128& vid, uint32_t shard, std::span<const ChunkPiece> pieces,
@@ -417,16 +459,11 @@ void CachedSource::ReadRunsFromDisk(const Hash128& vid, uint32_t shard, std::spa
   }
 }
 
-void CachedSource::KeepRuns(const Hash128& vid, uint32_t shard, std::span<const ChunkPiece> pieces) {
-  for (const ChunkPiece& p : pieces) {
-    const RunId id{ChunkKey{vid, shard, p.chunk}, p.offset, p.length};
-    ChunkPtr run = MakeRun(id, p.dest);
-    const ChunkKey key = RunKey(id);
-    dram_.Put(key, run);
-    // Never waits for the write queue: a run the queue has no room for is only in DRAM.
-    if (store_) store_->Insert(key, std::move(run), Clock::now());
-    runs_kept_.fetch_add(1, std::memory_order_relaxed);
-  }
+void CachedSource::KeepRun(const ChunkKey& key, ChunkPtr run) {
+  dram_.Put(key, run);
+  // Never waits for the write queue: a run the queue has no room for is only in DRAM.
+  if (store_) store_->Insert(key, std::move(run), Clock::now());
+  runs_kept_.fetch_add(1, std::memory_order_relaxed);
 }
 
 ChunkPtr CachedSource::InMemory(const ChunkKey& key) {

@@ -143,9 +143,16 @@ class CachedSource final : public ChunkSource, public stats::Source {
   // the pieces it does not hold are appended to `missing`.
   void ReadRunsFromDisk(const Hash128& vid, uint32_t shard, std::span<const ChunkPiece> pieces, bool demand,
                         std::vector<ChunkPiece>* missing);
-  // Keeps each piece (its dest holds verified bytes) as a run in DRAM and, when the write
-  // queue has room at once, on NVMe.
-  void KeepRuns(const Hash128& vid, uint32_t shard, std::span<const ChunkPiece> pieces);
+  // ReadPieces with keep_only: the pieces no tier holds, fetched as runs (FetchRuns).
+  Status KeepPieces(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> pieces,
+                    const ReadOptions& options);
+  // Fetches the blocks covering each of `missing` from upstream into a new run, kept as it
+  // lands (KeepRun) and copied to the piece's dest when it has one; options.piece_done hears
+  // caller_index[i] for missing[i].
+  Status FetchRuns(const DatasetPtr& dataset, uint32_t shard, std::span<const ChunkPiece> missing,
+                   std::span<const size_t> caller_index, const ReadOptions& options);
+  // Keeps a sealed run in DRAM and, when the write queue has room at once, on NVMe.
+  void KeepRun(const ChunkKey& key, ChunkPtr run);
   // Some tier holds the chunk (no LRU refresh, no I/O).
   bool Held(const ChunkKey& key) const;
   void Account(Tier tier, uint64_t bytes);

@@ -37,13 +37,22 @@ ChunkKey RunKey(const RunId& id) {
   return ChunkKey{id.chunk.version, id.chunk.shard, kRunKeyTag | (XXH3_64bits(identity, sizeof(identity)) >> 1)};
 }
 
-ChunkPtr MakeRun(const RunId& id, const uint8_t* bytes) {
+std::shared_ptr<Chunk> NewRun(const RunId& id) {
   auto run = std::make_shared<Chunk>();
   run->bytes = AlignedBuffer(RunStoredBytes(id));
+  return run;
+}
+
+void SealRun(const RunId& id, Chunk& run) {
+  run.hash = Trailer(id, run.bytes.data());  // the run's own hash (the tiers' records keep it)
+  const std::string trailer = run.hash.ToBytes();
+  std::memcpy(run.bytes.data() + id.length, trailer.data(), kRunTrailerBytes);
+}
+
+ChunkPtr MakeRun(const RunId& id, const uint8_t* bytes) {
+  std::shared_ptr<Chunk> run = NewRun(id);
   std::memcpy(run->bytes.data(), bytes, id.length);
-  run->hash = Trailer(id, bytes);  // the run's own hash (the tiers' records keep it)
-  const std::string trailer = run->hash.ToBytes();
-  std::memcpy(run->bytes.data() + id.length, trailer.data(), kRunTrailerBytes);
+  SealRun(id, *run);
   return run;
 }
 

@@ -44,6 +44,10 @@ inline uint64_t RunStoredBytes(const RunId& id) { return id.length + kRunTrailer
 
 // The run of id.length verified bytes at `bytes`, as a chunk to keep (range + trailer).
 ChunkPtr MakeRun(const RunId& id, const uint8_t* bytes);
+// A run to fill in place: RunStoredBytes(id) bytes, the range first. SealRun then writes the
+// trailer of the id.length verified bytes it holds (MakeRun without the copy).
+std::shared_ptr<Chunk> NewRun(const RunId& id);
+void SealRun(const RunId& id, Chunk& run);
 // True when `stored` (RunStoredBytes(id) bytes) is this run with an intact trailer.
 bool RunIntact(const RunId& id, const uint8_t* stored, uint64_t stored_length);
 

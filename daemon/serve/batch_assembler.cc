@@ -305,15 +305,20 @@ bool BatchAssembler::TryWarmPieces(const DatasetPtr& dataset, uint32_t shard, st
        landed = std::move(landed)]() mutable {
         uint64_t told = 0;
         if (!still_wanted || still_wanted()) {
-          // The pieces land in a scratch buffer the cache keeps them from; only the tiers want them.
-          auto scratch = std::make_unique_for_overwrite<uint8_t[]>(bytes);
-          uint64_t at = 0;
-          for (ChunkPiece& p : pieces) {
-            p.dest = scratch.get() + at;
-            at += p.length;
-          }
+          // Only the tiers want the pieces: a cache lands them straight in the runs it keeps
+          // (keep_only); a source that keeps nothing needs somewhere to put them.
           ReadOptions ro = WarmReadOptions();
           ro.whole_chunks = false;
+          ro.keep_only = source_.CapacityBytes() > 0;
+          std::unique_ptr<uint8_t[]> scratch;
+          if (!ro.keep_only) {
+            scratch = std::make_unique_for_overwrite<uint8_t[]>(bytes);
+            uint64_t at = 0;
+            for (ChunkPiece& p : pieces) {
+              p.dest = scratch.get() + at;
+              at += p.length;
+            }
+          }
           ro.piece_done = [&](size_t i) {
             landed(pieces[i].length);
             told += pieces[i].length;

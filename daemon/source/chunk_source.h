@@ -51,6 +51,11 @@ struct ReadOptions {
   // keep until their other samples are read (a global shuffle of a dataset larger than the
   // cache). true: misses fetch and keep whole chunks.
   bool whole_chunks = true;
+  // ReadPieces with whole_chunks false, of a cache tier only (CapacityBytes() > 0): the caller
+  // wants the pieces kept by the tiers (a warm read), not their bytes. Every ChunkPiece::dest is
+  // null; pieces a tier holds are skipped, and misses land straight in the runs the tiers keep
+  // (no scratch buffer, one copy less).
+  bool keep_only = false;
   // false: the read came from another member of this daemon's peer group (peer_group.h); a
   // peer group sends it to this daemon's own upstream, never on to another member.
   bool via_peers = true;

@@ -1065,6 +1065,63 @@ TEST_CASE("cached runs: pieces-only reads keep their pieces; DRAM, then NVMe aft
   CHECK(s.code() == StatusCode::kUnavailable);
 }
 
+TEST_CASE("cached runs: a keep-only read lands its pieces in runs with no destination, skips what the tiers "
+          "hold, and the runs then serve exact with the upstream down",
+          "[cache][source][pieces][runs]") {
+  TempDir dir;
+  auto o = SmallCacheOptions(dir / "cache");
+  o.memory_bytes = 64ull << 20;
+  CacheFixture f(o);
+  std::mt19937_64 rng(23);
+  const std::vector<Ask> asks = DatasetAsks(f, {0, 2, 3, 7}, 5, rng);
+  // A third of them read first the usual way: the keep-only read must not fetch them again.
+  const std::vector<Ask> first(asks.begin(), asks.begin() + asks.size() / 3);
+  Status s;
+  ReadSource(*f.cache, f, first, &s, PiecesOnly());
+  REQUIRE(s.ok());
+  const auto before = f.cache->Stats();
+
+  std::vector<ChunkPiece> pieces;
+  for (const Ask& a : asks) pieces.push_back(ChunkPiece{a.chunk, a.offset, a.length, nullptr});
+  ReadOptions keep = PiecesOnly();
+  keep.keep_only = true;
+  std::vector<size_t> done;
+  keep.piece_done = [&](size_t i) { done.push_back(i); };
+  REQUIRE(f.cache->ReadPieces(f.dataset, 0, pieces, keep).ok());
+  auto st = f.cache->Stats();
+  CHECK(st.runs_kept - before.runs_kept == asks.size() - first.size());
+  CHECK(st.served_upstream_bytes - before.served_upstream_bytes == SumLengths(asks) - SumLengths(first));
+  CHECK(st.upstream_fetched_chunks == 0);
+  // piece_done (where the upstream reports pieces as they land) names fetched pieces only, by
+  // their index among the caller's pieces, each once.
+  std::sort(done.begin(), done.end());
+  CHECK(std::adjacent_find(done.begin(), done.end()) == done.end());
+  for (size_t i : done) CHECK(i >= first.size());
+
+  // A keep-only read that names a destination is refused before anything is fetched.
+  const uint64_t calls = f.upstream->calls.load();
+  uint8_t byte = 0;
+  const ChunkPiece with_dest{asks[0].chunk, asks[0].offset, 1, &byte};
+  CHECK(f.cache->ReadPieces(f.dataset, 0, std::span<const ChunkPiece>(&with_dest, 1), keep).code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(f.upstream->calls.load() == calls);
+
+  // Every piece is held now: the upstream is down and each reads back exact, from DRAM, then
+  // from NVMe after a restart.
+  f.upstream->fail = true;
+  Outcome out = ReadSource(*f.cache, f, asks, &s, PiecesOnly());
+  REQUIRE(s.ok());
+  CHECK(out.wrong == "");
+  CHECK(out.guard_damage == 0);
+  f.cache->Flush();
+  f.Open(o);
+  f.upstream->fail = true;
+  out = ReadSource(*f.cache, f, asks, &s, PiecesOnly());
+  REQUIRE(s.ok());
+  CHECK(out.wrong == "");
+  CHECK(f.cache->Stats().nvme.checksum_failures == 0);
+}
+
 TEST_CASE("cached runs: a corrupt run on NVMe is detected, counted, refetched exact and never served",
           "[cache][source][pieces][runs][faults]") {
   TempDir dir;
