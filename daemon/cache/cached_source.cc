@@ -391,8 +391,7 @@ Status CachedSource::KeepPieces(const DatasetPtr& dataset, uint32_t shard, std::
     SC_RETURN_IF_ERROR(CheckChunkRange(dataset, shard, p.chunk, 1));
     SC_RETURN_IF_ERROR(CheckPiece(dataset, shard, p, dataset::ChunkLength(dataset->manifest, shard, p.chunk)));
     if (p.dest != nullptr) return InvalidArgument("a keep_only read of pieces takes no destinations");
-    const ChunkKey key{vid, shard, p.chunk};
-    if (p.length == 0 || Held(key) || Held(RunKey(RunId{key, p.offset, p.length}))) continue;
+    if (p.length == 0 || PieceHeld(ChunkKey{vid, shard, p.chunk}, p)) continue;
     missing.push_back(p);
     caller_index.push_back(i);
   }
@@ -489,6 +488,10 @@ bool CachedSource::Held(const ChunkKey& key) const {
   return dram_.Contains(key) || (store_ && (store_->Pending(key) || store_->Contains(key)));
 }
 
+bool CachedSource::PieceHeld(const ChunkKey& key, const ChunkPiece& piece) const {
+  return Held(key) || Held(RunKey(RunId{key, piece.offset, piece.length}));
+}
+
 bool CachedSource::ReadPiecesFromMemory(const DatasetPtr& dataset, uint32_t shard,
                                         std::span<const ChunkPiece> pieces, FetchPriority priority) {
   const auto& manifest = dataset->manifest;
@@ -525,8 +528,7 @@ bool CachedSource::HoldsPieces(const DatasetPtr& dataset, uint32_t shard, std::s
   const Hash128 vid = VersionId(dataset->version);
   for (const ChunkPiece& p : pieces) {
     if (!CheckChunkRange(dataset, shard, p.chunk, 1).ok()) return false;
-    const ChunkKey key{vid, shard, p.chunk};
-    if (!Held(key) && !Held(RunKey(RunId{key, p.offset, p.length}))) return false;
+    if (!PieceHeld(ChunkKey{vid, shard, p.chunk}, p)) return false;
   }
   return true;
 }

@@ -155,6 +155,8 @@ class CachedSource final : public ChunkSource, public stats::Source {
   void KeepRun(const ChunkKey& key, ChunkPtr run);
   // Some tier holds the chunk (no LRU refresh, no I/O).
   bool Held(const ChunkKey& key) const;
+  // Some tier holds the piece of chunk `key`: its whole chunk, or a run of exactly this piece.
+  bool PieceHeld(const ChunkKey& key, const ChunkPiece& piece) const;
   void Account(Tier tier, uint64_t bytes);
   using Flight = upstream::SingleFlight<ChunkKey, Result<ChunkPtr>, ChunkKeyHash>::Flight;
   struct Slot;

@@ -49,13 +49,6 @@ void SealRun(const RunId& id, Chunk& run) {
   std::memcpy(run.bytes.data() + id.length, trailer.data(), kRunTrailerBytes);
 }
 
-ChunkPtr MakeRun(const RunId& id, const uint8_t* bytes) {
-  std::shared_ptr<Chunk> run = NewRun(id);
-  std::memcpy(run->bytes.data(), bytes, id.length);
-  SealRun(id, *run);
-  return run;
-}
-
 bool RunIntact(const RunId& id, const uint8_t* stored, uint64_t stored_length) {
   if (stored_length != RunStoredBytes(id)) return false;
   const std::string want = Trailer(id, stored).ToBytes();

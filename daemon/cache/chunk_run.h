@@ -42,10 +42,8 @@ inline bool IsRunKey(const ChunkKey& key) { return (key.chunk & kRunKeyTag) != 0
 // Bytes a run occupies as a chunk: the range and its trailer.
 inline uint64_t RunStoredBytes(const RunId& id) { return id.length + kRunTrailerBytes; }
 
-// The run of id.length verified bytes at `bytes`, as a chunk to keep (range + trailer).
-ChunkPtr MakeRun(const RunId& id, const uint8_t* bytes);
-// A run to fill in place: RunStoredBytes(id) bytes, the range first. SealRun then writes the
-// trailer of the id.length verified bytes it holds (MakeRun without the copy).
+// A run to fill in place: RunStoredBytes(id) bytes, the range first. Once the range holds
+// id.length verified bytes, SealRun writes their trailer and the run's hash: a chunk to keep.
 std::shared_ptr<Chunk> NewRun(const RunId& id);
 void SealRun(const RunId& id, Chunk& run);
 // True when `stored` (RunStoredBytes(id) bytes) is this run with an intact trailer.

@@ -974,7 +974,9 @@ TEST_CASE("runs: a run reads back intact; a flipped byte, another identity or an
   std::vector<uint8_t> bytes(5000);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 31 + 7);
   const RunId id{chunk, 12345, bytes.size()};
-  const ChunkPtr run = MakeRun(id, bytes.data());
+  const std::shared_ptr<Chunk> run = NewRun(id);
+  std::memcpy(run->bytes.data(), bytes.data(), bytes.size());
+  SealRun(id, *run);
   REQUIRE(run->bytes.size() == RunStoredBytes(id));
   CHECK(std::memcmp(run->bytes.data(), bytes.data(), bytes.size()) == 0);
   CHECK(RunIntact(id, run->bytes.data(), run->bytes.size()));
