@@ -23,8 +23,8 @@
 #include <google/protobuf/stubs/logging.h>
 #include <spdlog/spdlog.h>
 
+#include "common/allocator.h"
 #include "common/log.h"
-#include "common/malloc_tuning.h"
 #include "common/thread_name.h"
 #include "common/units.h"
 #include "common/version.h"
@@ -135,7 +135,6 @@ void ServeUntilStopSignal(const sigset_t& signals, const std::string& config_pat
 }  // namespace
 
 int main(int argc, char** argv) {
-  shardcache::KeepLargeBuffersInHeap();
   google::protobuf::SetLogHandler(ProtobufLogToSpdlog);
   CLI::App app{"shardcached — node-local caching daemon for remote training datasets"};
   std::string config_path;
@@ -179,7 +178,7 @@ int main(int argc, char** argv) {
 
   shardcache::admin::SystemdNotifier notifier;
   shardcache::daemon::Daemon daemon(*loaded);
-  spdlog::info("shardcached starting: config {}", config_path);
+  spdlog::info("shardcached starting: config {}, {}", config_path, shardcache::AllocatorName());
   notifier.BeginStartupKeepAlive();
   const shardcache::Status started = daemon.Start([&](const std::string& s) { notifier.Status(s); });
   notifier.EndStartupKeepAlive();

@@ -10,6 +10,8 @@ PACKAGES=(
   # design card
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev liburing-dev libzstd-dev libspdlog-dev libfmt-dev catch2
+  # the heap of shardcached and shardctl (common/allocator.h)
+  libjemalloc-dev
   # object-storage upstream (objstore/): libcurl signs S3 requests itself (CURLOPT_AWS_SIGV4)
   libcurl4-openssl-dev
   # helpers preferred over hand-written code

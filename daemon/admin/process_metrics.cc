@@ -1,13 +1,14 @@
 #include "daemon/admin/process_metrics.h"
 
 #include <dirent.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "common/allocator.h"
 
 namespace shardcache::admin {
 
@@ -22,7 +23,7 @@ ProcessMetrics::ProcessMetrics(metrics::Registry& r)
       heap_in_use_bytes_(r.GetGauge("shardcache_process_heap_in_use_bytes",
                                     "Bytes of malloc heap the daemon holds in live allocations")),
       heap_free_bytes_(r.GetGauge("shardcache_process_heap_free_bytes",
-                                  "Bytes of malloc heap free for reuse (resident only where touched since the last trim)")) {}
+                                  "Bytes of heap the allocator holds for reuse, not in live allocations")) {}
 
 void ProcessMetrics::Update() {
   uptime_seconds_->Set(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
@@ -56,15 +57,15 @@ void ProcessMetrics::Update() {
     }
   }
   // Live heap against free heap tells a leak (in-use grows) from fragmentation (free grows).
-  // Read at most every kHeapReadInterval: mallinfo2 walks the free lists of every malloc arena
-  // (milliseconds with a few hundred threads), and scrapes come every second or so.
+  // Read at most every kHeapReadInterval: the allocator walks every arena (milliseconds with a
+  // few hundred threads), and scrapes come every second or so.
   const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
   int64_t last = heap_read_ns_.load();
   if (now - last >= std::chrono::nanoseconds(kHeapReadInterval).count() &&
       heap_read_ns_.compare_exchange_strong(last, now)) {
-    const struct mallinfo2 mi = mallinfo2();
-    heap_in_use_bytes_->Set(static_cast<double>(mi.uordblks + mi.hblkhd));
-    heap_free_bytes_->Set(static_cast<double>(mi.fordblks));
+    const HeapStats heap = ReadHeapStats();
+    heap_in_use_bytes_->Set(static_cast<double>(heap.in_use_bytes));
+    heap_free_bytes_->Set(static_cast<double>(heap.free_bytes));
   }
   if (DIR* d = opendir("/proc/self/fd")) {
     int n = 0;

@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/allocator.h"
 #include "common/log.h"
-#include "common/malloc_tuning.h"
 #include "common/metrics.h"
 #include "common/thread_name.h"
 #include "daemon/serve/serve_metrics.h"

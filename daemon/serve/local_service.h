@@ -162,9 +162,9 @@ class LocalService {
   // beyond max_connections.
   void Admit(UniqueFd fd, const PeerCredentials& peer);
   // Joins the threads of connections that ended. Once the last client is gone and its loaders
-  // and arena are torn down, hands the heap the burst freed back to the kernel (the daemon keeps
-  // large buffers in its heap, see common/malloc_tuning.h, so without this an idle node keeps
-  // the peak of its last job resident).
+  // and arena are torn down, hands the heap the burst freed back to the kernel (the allocator keeps
+  // freed buffers for reuse, see common/allocator.h, so without this an idle node keeps the
+  // peak of its last job resident).
   void ReapFinished();
   // The loaders of clients that went away, with the arena they write into, are torn down by
   // the reaper thread, not the connection's: a loader waits for its reads in flight, which may

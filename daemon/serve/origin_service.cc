@@ -7,9 +7,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/allocator.h"
 #include "common/hash.h"
 #include "common/log.h"
-#include "common/malloc_tuning.h"
 #include "common/metrics.h"
 #include "common/thread_name.h"
 

@@ -22,7 +22,7 @@
 // `max_calls_per_client` from one client address; past either, a call fails at once with
 // RESOURCE_EXHAUSTED naming the limit. Queued stream messages of all calls together stay under
 // `max_queued_bytes` beyond one message per stream (a producer past it waits). When the last
-// call ends, freed heap memory goes back to the kernel (malloc_trim): a burst of streams does
+// call ends, freed heap memory goes back to the kernel (ReturnFreeHeapToKernel): a burst of streams does
 // not leave its buffers in the process for good.
 //
 // Checkpoints (origin.proto version 3): BeginUpload, PutPart, CommitUpload, StatObject and

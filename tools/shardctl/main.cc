@@ -4,7 +4,6 @@
 #include <map>
 
 #include "common/log.h"
-#include "common/malloc_tuning.h"
 #include "common/version.h"
 #include "tools/shardctl/command.h"
 
@@ -16,7 +15,6 @@ std::vector<CommandInfo>& Commands() {
 }  // namespace shardcache::shardctl
 
 int main(int argc, char** argv) {
-  shardcache::KeepLargeBuffersInHeap();
   using namespace shardcache::shardctl;
   CLI::App app{"shardctl — manage shardcache datasets and daemons"};
   app.set_version_flag("--version", std::string("shardctl ") + shardcache::Version());
