@@ -95,7 +95,9 @@ TEST_CASE("cpack builds a .deb with programs, unit, conffile, user creation and 
   // Runtime dependencies were computed from the binaries (dpkg-shlibdeps).
   CHECK(ctl->find("libgrpc++") != std::string::npos);
   CHECK(ctl->find("liburing") != std::string::npos);
+#ifdef SC_TEST_JEMALLOC
   CHECK(ctl->find("libjemalloc2") != std::string::npos);  // the daemon's heap (common/allocator.h)
+#endif
 
   // Debian policy: copyright and the changelog, whose top entry is the package's version.
   const std::string doc = root + "/usr/share/doc/shardcache";
