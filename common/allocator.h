@@ -9,9 +9,10 @@
 // touch, the largest single cost of `shardctl fetch` and of a cache-hit epoch on a VM), or, tuned
 // to keep them in its heap, leaves holes between the two kinds that it can neither reuse for
 // larger requests nor return. Measured on a cold 1 GiB global epoch (DRAM tier and prefetch
-// 256 MiB each, 2-core VM): the node's peak RSS was 1.45-1.93 GB under tuned glibc, about half of
-// it free heap in holes (malloc_trim mid-epoch: 1.56 -> 0.73 GB), and 0.97-1.19 GB under
-// jemalloc, with a third fewer page faults (355-475k -> 254-312k), less CPU and the same goodput.
+// 256 MiB each, bench default link, 2-core VM), tuned glibc against jemalloc as configured in
+// allocator.cc: the node's peak RSS 1.43-2.07 GB (about half of it free heap in holes:
+// malloc_trim mid-epoch took 1.56 GB to 0.73) against 0.91-0.96 GB, page faults 354-510k against
+// 241-250k, node CPU 6.0-9.4 s against 5.4-7.4 s, the same goodput.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,7 @@
 
 namespace shardcache {
 
-// "jemalloc <version>", or "libc malloc" where the program was built without it.
+// "jemalloc <version>, <n> arenas", or "libc malloc" where the program was built without it.
 std::string AllocatorName();
 
 struct HeapStats {

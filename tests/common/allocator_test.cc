@@ -14,6 +14,7 @@ constexpr uint64_t kMiB = 1 << 20;
 #ifdef SC_TEST_JEMALLOC
 TEST_CASE("allocator: jemalloc serves the heap; its statistics follow allocations and a purge returns free memory") {
   REQUIRE(AllocatorName().rfind("jemalloc 5", 0) == 0);
+  CHECK(AllocatorName().find(", 8 arenas") != std::string::npos);  // allocator.cc's malloc_conf was read
   ReturnFreeHeapToKernel();
   const HeapStats before = ReadHeapStats();
   std::vector<std::unique_ptr<char[]>> buffers;

@@ -208,7 +208,7 @@ TEST_CASE("a node daemon with a cache tier: status shows tiers, top shows hits, 
     REQUIRE(code == 200);
     const size_t at = metrics.find("\nshardcache_process_heap_in_use_bytes ");
     REQUIRE(at != std::string::npos);
-    CHECK(std::stod(metrics.substr(at + 38)) > 4 << 20);
+    CHECK(std::stod(metrics.substr(at + 38)) > 1 << 20);  // 0 where the stats are not jemalloc's
   }
 #endif
 
