@@ -2,8 +2,10 @@
 // to the kernel — for programs that move chunk-sized (64 KiB-4 MiB) buffers.
 //
 // shardcached and shardctl link jemalloc (Debian's libjemalloc2; RocksDB's recommended
-// allocator); sanitizer and fuzzing builds use their runtime's malloc instead, and there these
-// functions report nothing and do nothing. Why not glibc malloc: a node's heap mixes long-lived
+// allocator). The options in allocator.cc apply where this file is linked in (shardcached, whose
+// startup log names the allocator); shardctl runs on jemalloc's defaults. Sanitizer and fuzzing
+// builds use their runtime's malloc instead, and there these functions report nothing and do
+// nothing. Why not glibc malloc: a node's heap mixes long-lived
 // DRAM-tier runs and chunks with short-lived message buffers of the same sizes. glibc serves
 // such sizes with a fresh mmap each (every 4 MiB buffer then cost ~1,000 page faults on first
 // touch, the largest single cost of `shardctl fetch` and of a cache-hit epoch on a VM), or, tuned
@@ -27,8 +29,8 @@ struct HeapStats {
   uint64_t in_use_bytes = 0;  // in live allocations
   uint64_t free_bytes = 0;    // resident, held by the allocator for reuse, not in live allocations
 };
-// jemalloc's own accounting (all zero without it). Takes a snapshot of every arena: not for the
-// data path.
+// jemalloc's own accounting (all zero without it). Takes a snapshot of every arena: about 10 us
+// with 300 threads (measured), fine for each scrape, not for the data path.
 HeapStats ReadHeapStats();
 
 // Returns the free memory of every arena to the kernel at once; jemalloc otherwise returns it

@@ -57,16 +57,9 @@ void ProcessMetrics::Update() {
     }
   }
   // Live heap against free heap tells a leak (in-use grows) from fragmentation (free grows).
-  // Read at most every kHeapReadInterval: the allocator walks every arena (milliseconds with a
-  // few hundred threads), and scrapes come every second or so.
-  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-  int64_t last = heap_read_ns_.load();
-  if (now - last >= std::chrono::nanoseconds(kHeapReadInterval).count() &&
-      heap_read_ns_.compare_exchange_strong(last, now)) {
-    const HeapStats heap = ReadHeapStats();
-    heap_in_use_bytes_->Set(static_cast<double>(heap.in_use_bytes));
-    heap_free_bytes_->Set(static_cast<double>(heap.free_bytes));
-  }
+  const HeapStats heap = ReadHeapStats();
+  heap_in_use_bytes_->Set(static_cast<double>(heap.in_use_bytes));
+  heap_free_bytes_->Set(static_cast<double>(heap.free_bytes));
   if (DIR* d = opendir("/proc/self/fd")) {
     int n = 0;
     while (dirent* e = readdir(d)) {

@@ -6,7 +6,6 @@
 // Thread safety: Update() may be called from any thread; the metrics are atomics.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 
 #include "common/metrics.h"
@@ -20,10 +19,7 @@ class ProcessMetrics {
   void Update();
 
  private:
-  static constexpr std::chrono::seconds kHeapReadInterval{10};
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  // When the heap gauges were last read (steady-clock ns; INT64_MIN / 2: never).
-  std::atomic<int64_t> heap_read_ns_{INT64_MIN / 2};
   metrics::Gauge* resident_bytes_;
   metrics::Gauge* virtual_bytes_;
   metrics::Counter* cpu_ticks_;

@@ -203,7 +203,9 @@ TEST_CASE("a node daemon with a cache tier: status shows tiers, top shows hits, 
   // it, and the heap gauges are its accounting.
 #ifdef SC_TEST_JEMALLOC
   {
-    CHECK(Log(f.dir / "node.log").find("shardcached starting: config " + node_cfg + ", jemalloc 5") != std::string::npos);
+    const std::string log = Log(f.dir / "node.log");
+    CHECK(log.find("shardcached starting: config " + node_cfg + ", jemalloc 5") != std::string::npos);
+    CHECK(log.find(", 8 arenas") != std::string::npos);  // common/allocator.cc's options were read
     auto [code, metrics] = Http(node_metrics, "/metrics");
     REQUIRE(code == 200);
     const size_t at = metrics.find("\nshardcache_process_heap_in_use_bytes ");
