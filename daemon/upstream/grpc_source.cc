@@ -96,6 +96,7 @@ struct UpstreamGauges {
   metrics::Gauge* goodput;
   metrics::Gauge* workers;
   metrics::Gauge* in_flight_bytes;
+  metrics::Gauge* stuck;
 };
 
 namespace {
@@ -110,6 +111,9 @@ const UpstreamGauges& M() {
         r.GetGauge("shardcache_upstream_workers", "Upstream fetch threads alive (one per busy or recently used slot)"),
         r.GetGauge("shardcache_upstream_in_flight_bytes",
                    "Chunk bytes requested from the upstream and not yet handed to their readers"),
+        r.GetGauge("shardcache_upstream_stuck_streams",
+                   "Upstream streams with no message for longer than their kind usually takes (stalled connections); "
+                   "they do not count against the stream limit"),
     };
   }();
   return m;
@@ -117,8 +121,8 @@ const UpstreamGauges& M() {
 
 // The same gauges for a source that reports nothing (GrpcSourceOptions::report_metrics false).
 const UpstreamGauges& Unreported() {
-  static metrics::Gauge g[5];
-  static const UpstreamGauges m{&g[0], &g[1], &g[2], &g[3], &g[4]};
+  static metrics::Gauge g[6];
+  static const UpstreamGauges m{&g[0], &g[1], &g[2], &g[3], &g[4], &g[5]};
   return m;
 }
 
@@ -560,7 +564,7 @@ void GrpcSource::Submit(std::shared_ptr<FetchTask> task) {
       task->leaders->Drop();  // no worker will run it: its waiters get Aborted now
       return;
     }
-    if (running_ >= controller_.limit()) waited_.store(true);
+    if (running_ >= StreamLimit()) waited_.store(true);
     demand = task->priority == FetchPriority::kDemand;
     (demand ? demand_ : prefetch_).push_back(std::move(task));
     SpawnWorkers();
@@ -597,7 +601,11 @@ void GrpcSource::PromoteToDemand(const std::function<bool(const FetchTask&)>& ma
 }
 
 int GrpcSource::DemandLimit() const {
-  return std::min<int>(controller_.limit() + kDemandLanes, static_cast<int>(slot_busy_.size()));
+  return std::min<int>(controller_.limit() + stuck_ + kDemandLanes, static_cast<int>(slot_busy_.size()));
+}
+
+int GrpcSource::StreamLimit() const {
+  return std::min<int>(controller_.limit() + stuck_, static_cast<int>(slot_busy_.size()));
 }
 
 std::chrono::nanoseconds GrpcSource::StuckAfter(bool range, int64_t usual) {
@@ -634,8 +642,18 @@ void GrpcSource::HedgeLoop() {
     // come sit in stalled prefetch batches while the link idles (traced: 3-4 s of a 13 s cold
     // epoch at 1% stalls).
     const bool spare = demand_.empty() && prefetch_.empty() && 2 * running_ <= controller_.limit();
+    const auto is_stuck = [&](const FetchTask& f) {
+      const int64_t heard = f.last_heard_ns.load();
+      return heard != 0 && !f.cancelled.load() &&
+             std::chrono::nanoseconds(now - heard) >= stuck_after(f, f.block_count > 0 ? stuck_range : stuck_part);
+    };
+    // A stalled connection carries nothing: its stream gives its place under the limit to
+    // queued work (StreamLimit). Not in an outage, where every stream is stuck alike.
+    const bool up = health_.up();
+    int stuck = 0;
     for (const std::shared_ptr<FetchTask>& t : running_conn_) {
       if (t == nullptr) continue;
+      if (up && is_stuck(*t)) ++stuck;
       // A batch (RunBatch) that went quiet while a read waits for one of its ranges ends; the
       // ranges it did not bring run alone, the wanted ones as demand work (hedged as such).
       if (!t->companions.empty() && std::chrono::nanoseconds(now - t->last_heard_ns.load()) >= stuck_after(*t, stuck_range) &&
@@ -650,47 +668,54 @@ void GrpcSource::HedgeLoop() {
       // read nobody waits for yet: under a starved CPU an integration test saw chunks sent twice).
       const bool range = t->block_count > 0;
       if (t->priority != FetchPriority::kDemand && !(spare && range) && !t->leaders->AnyOpenWanted()) continue;
-      const std::chrono::nanoseconds stuck = range ? stuck_range : stuck_part;
-      const auto is_stuck = [&](const FetchTask& f) {
-        const int64_t heard = f.last_heard_ns.load();
-        return heard != 0 && !f.cancelled.load() && std::chrono::nanoseconds(now - heard) >= stuck_after(f, stuck);
-      };
       // Another hedge only when every one so far is stuck too (a stall on its stream as well).
       if (!is_stuck(*t) || !std::all_of(t->hedges.begin(), t->hedges.end(), [&](const auto& h) { return is_stuck(*h); })) {
         continue;
       }
-      if (!health_.up()) continue;  // an outage: another stream would wait as long
-      t->stalled.store(true);
-      for (const auto& stuck_hedge : t->hedges) stuck_hedge->stalled.store(true);
-      const int64_t heard = t->last_heard_ns.load();
-      auto h = std::make_shared<FetchTask>();
-      h->dataset = t->dataset;
-      h->shard = t->shard;
-      h->first = t->first;
-      h->end = t->end;
-      h->first_block = t->first_block;
-      h->block_count = t->block_count;
-      h->priority = FetchPriority::kDemand;
-      h->deadline = t->deadline;
-      h->leaders = t->leaders;
-      h->is_hedge = true;
-      // A whole chunk is re-fetched as kStripes block ranges on as many streams: a copy on one
-      // stream would meet a stall as often as the original did.
-      h->striped = t->block_count == 0;
-      h->original = t;
-      t->hedges.push_back(h);
-      hedges_.fetch_add(1);
-      if (range) range_hedges_.fetch_add(1);
-      SC_LOG_RATE_LIMITED(spdlog::level::debug,
-                          "{}: hedging {} [{}, {}) of shard {} of '{}' (no message for {} ms; usual {} ms; {} streams)",
-                          Where(), range ? "the block range of chunk" : "chunks", t->first, t->end,
-                          t->shard, t->dataset->name, (now - heard) / 1000000,
-                          (range ? usual_range : usual_part) / 1000000, running_);
-      demand_.push_front(std::move(h));  // on another slot: the stuck one stays busy
-      SpawnWorkers();
-      work_cv_.NotifyOne();
+      if (!up) continue;  // an outage: another stream would wait as long
+      StartHedge(t, now, range ? usual_range : usual_part);
+    }
+    if (stuck != stuck_) {
+      const bool more = stuck > stuck_;
+      stuck_ = stuck;
+      m_.stuck->Set(stuck);
+      if (more && !prefetch_.empty()) {  // queued work may start in the stuck ones' stead
+        SpawnWorkers();
+        work_cv_.NotifyAll();
+      }
     }
   }
+}
+
+void GrpcSource::StartHedge(const std::shared_ptr<FetchTask>& t, int64_t now, int64_t usual) {
+  t->stalled.store(true);
+  for (const auto& stuck_hedge : t->hedges) stuck_hedge->stalled.store(true);
+  const int64_t heard = t->last_heard_ns.load();
+  auto h = std::make_shared<FetchTask>();
+  h->dataset = t->dataset;
+  h->shard = t->shard;
+  h->first = t->first;
+  h->end = t->end;
+  h->first_block = t->first_block;
+  h->block_count = t->block_count;
+  h->priority = FetchPriority::kDemand;
+  h->deadline = t->deadline;
+  h->leaders = t->leaders;
+  h->is_hedge = true;
+  // A whole chunk is re-fetched as kStripes block ranges on as many streams: a copy on one
+  // stream would meet a stall as often as the original did.
+  h->striped = t->block_count == 0;
+  h->original = t;
+  t->hedges.push_back(h);
+  hedges_.fetch_add(1);
+  if (t->block_count > 0) range_hedges_.fetch_add(1);
+  SC_LOG_RATE_LIMITED(spdlog::level::debug,
+                      "{}: hedging {} [{}, {}) of shard {} of '{}' (no message for {} ms; usual {} ms; {} streams)",
+                      Where(), t->block_count > 0 ? "the block range of chunk" : "chunks", t->first, t->end,
+                      t->shard, t->dataset->name, (now - heard) / 1000000, usual / 1000000, running_);
+  demand_.push_front(std::move(h));  // on another slot: the stuck one stays busy
+  SpawnWorkers();
+  work_cv_.NotifyOne();
 }
 
 void GrpcSource::PreConnect() {
@@ -717,8 +742,7 @@ void GrpcSource::SpawnWorkers() {
   }
   exited_.clear();
   const size_t queued = demand_.size() + prefetch_.size();
-  const size_t limit = static_cast<size_t>(demand_.empty() ? std::min<int>(controller_.limit(), static_cast<int>(slot_busy_.size()))
-                                                          : DemandLimit());
+  const size_t limit = static_cast<size_t>(demand_.empty() ? StreamLimit() : DemandLimit());
   // Workers not running a task are idle or just started: each takes one queued task.
   while (workers_.size() < limit && workers_.size() - static_cast<size_t>(running_) < queued) {
     const uint64_t id = next_worker_id_++;
@@ -990,7 +1014,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
   while (true) {
     const bool has_work = work_cv_.WaitUntil(&mu_, idle_since + options_.idle_release, [&]() REQUIRES(mu_) {
       return stopping_ || (!demand_.empty() && running_ < DemandLimit()) ||
-             (!prefetch_.empty() && running_ < controller_.limit());
+             (!prefetch_.empty() && running_ < StreamLimit());
     });
     if (stopping_ || !has_work) break;  // stopping, or idle for idle_release: the pool shrinks
     // Demand first: prefetch work starts only when no demand work waits (and within the limit).
@@ -1016,7 +1040,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     if (running_ == 1) cv_.NotifyAll();  // the hedger's look begins
     running_now_.store(running_);
     // Work still waits only if every slot the limit allows is taken.
-    if ((!demand_.empty() || !prefetch_.empty()) && running_ >= controller_.limit()) waited_.store(true);
+    if ((!demand_.empty() || !prefetch_.empty()) && running_ >= StreamLimit()) waited_.store(true);
     m_.in_flight->Set(running_);
     lock.Unlock();
     if (!task->cancelled.load()) {

@@ -532,6 +532,39 @@ TEST_CASE("a prefetch stuck on a stalled stream is hedged once a demand read wai
   CHECK(grpc->stats().hedges == 1);
 }
 
+TEST_CASE("a stream stuck on a stalled connection gives its place under the stream limit to queued work",
+          "[origin][hedge]") {
+  OriginFixture o({}, /*faulty=*/true);
+  upstream::GrpcSourceOptions opts;
+  opts.connections = 1;      // a limit of one stream (nothing waits while the usual times are
+  opts.max_connections = 4;  // learnt, so it stays there), with slots to spare
+  auto client = o.Client(opts);
+  auto d = client->OpenDataset("recs");
+  REQUIRE(d.ok());
+  LearnUsualTimes(*client, *d, /*ranges=*/false);
+  o.faults->stall_next_ms = 4000;
+  ReadOptions ahead = Within(std::chrono::seconds(10));
+  ahead.priority = FetchPriority::kPrefetch;
+  std::thread stalled([&] {
+    auto c = client->ReadChunk(*d, 0, 1, ahead);
+    REQUIRE(c.ok());
+    CHECK(ChunkBytes(*c) == FileBytes(o.ShardPath(0), kChunk, kChunk));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its stream runs, stalled
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = client->ReadChunk(*d, 0, 0, ahead);  // queued behind it, at the limit
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(c.ok());
+  CHECK(ChunkBytes(*c) == FileBytes(o.ShardPath(0), 0, kChunk));
+  INFO("the queued prefetch took " << took << " s; the stall lasts 4 s");
+  // Once found stuck (half a second for a whole chunk that has not answered), the stalled
+  // stream no longer holds the only place: the queued chunk runs beside it, not after it.
+  CHECK(took < 2.5);
+  // Beside it, not as a copy of it: nobody waits for the stalled chunk.
+  CHECK(client->stats().hedges == 0);
+  stalled.join();
+}
+
 TEST_CASE("with streams to spare, a stuck prefetch of a block range is hedged before any read waits for it",
           "[origin][blocks][hedge]") {
   OriginFixture o({}, /*faulty=*/true);
