@@ -14,8 +14,8 @@
 //     stuck (HedgeLoop's test: no message for longer than its kind usually takes) does not
 //     count against the limit while the upstream is up: a stalled connection carries nothing,
 //     so queued work runs beside it (within the slots). Measured at 1% stalls of 2 s (bench
-//     cold, 8 runs each): 0.77-0.83 x link at a limit of 64 against 0.70-0.83 at 128-256, where
-//     a limit that settled at 64-81 had given 0.68.
+//     cold, 11 alternating pairs): 0.77-0.83 x link (mean 0.795) against 0.70-0.83 (0.784);
+//     25 runs of it in all: 0.68-0.85, mean 0.80 -- a small gain, inside the runs' spread.
 //   * ReadChunks splits its range into sub-ranges of up to `chunks_per_stream` chunks, fetched
 //     concurrently, and delivers chunks to the sink strictly in order. At most (limit + 1)
 //     sub-ranges per call are outstanding ahead of the delivery point, and all calls together
