@@ -754,6 +754,17 @@ void GrpcSource::SpawnWorkers() {
   }
 }
 
+void GrpcSource::TaskEnded() {
+  --running_;
+  if (running_ == 0 && stuck_ > 0) {  // HedgeLoop idles now: its last count must not linger
+    stuck_ = 0;
+    m_.stuck->Set(0);
+  }
+  running_now_.store(running_);
+  m_.in_flight->Set(running_);
+  work_cv_.NotifyOne();  // a free slot for the next task
+}
+
 std::vector<std::unique_ptr<GrpcSource::Connection>> GrpcSource::TakeIdleConnections(Clock::time_point now) {
   std::vector<std::unique_ptr<Connection>> idle;
   for (size_t i = 0; i < connections_.size(); ++i) {
@@ -1081,10 +1092,7 @@ void GrpcSource::WorkerLoop(uint64_t id) {
     lock.Lock();
     slot_busy_[slot] = false;
     idle_since = slot_used_[slot] = Clock::now();
-    --running_;
-    running_now_.store(running_);
-    m_.in_flight->Set(running_);
-    work_cv_.NotifyOne();  // a free slot for the next task
+    TaskEnded();
   }
   exited_.push_back(id);
   m_.workers->Add(-1);

@@ -285,6 +285,8 @@ class GrpcSource final : public ChunkSource, public stats::Source {
   void Launch(const DatasetPtr& d, uint32_t shard, uint64_t from, uint64_t to, const ReadOptions& options,
               bool front, std::deque<Flights::Flight>* pending, std::vector<std::shared_ptr<FetchTask>>* mine);
   void WorkerLoop(uint64_t id);
+  // A worker's task is done and its slot free (under mu_).
+  void TaskEnded() REQUIRES(mu_);
   // Probes the upstream when health_ says one is due (see above), until shutdown.
   void ProbeLoop();
   struct TaskProgress;
