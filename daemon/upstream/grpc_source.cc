@@ -679,7 +679,7 @@ void GrpcSource::HedgeLoop() {
       const bool more = stuck > stuck_;
       stuck_ = stuck;
       m_.stuck->Set(stuck);
-      if (more && !prefetch_.empty()) {  // queued work may start in the stuck ones' stead
+      if (more && (!demand_.empty() || !prefetch_.empty())) {  // queued work may start in their stead
         SpawnWorkers();
         work_cv_.NotifyAll();
       }
